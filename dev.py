@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Developer entry point that needs nothing but Python 3.11+ and pip.
+
+    python3 dev.py serve [omega-mcp serve flags]   # make .venv, install, run the hub on ./servers.toml (stdio)
+    python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite
+    python3 dev.py lint                            # ruff + pyright
+
+The virtual environment is created once in .venv and reinstalled only when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".omega-installed"
+
+
+def _say(message: str) -> None:
+    print(f"dev.py: {message}", file=sys.stderr, flush=True)
+
+
+def ensure_venv() -> None:
+    """Create .venv and install the package with its dev extras when needed."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"dev.py: Python 3.11 or newer is needed, this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        _say(f"creating {VENV}")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    _say("installing omega-mcp and its dev extras into .venv (once)")
+    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    STAMP.write_text(wanted)
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("OMEGA_PYTHON", str(PYTHON))
+    return env
+
+
+def main(argv: list[str]) -> int:
+    command, rest = (argv[0], argv[1:]) if argv else ("test", [])
+    try:
+        ensure_venv()
+    except subprocess.CalledProcessError as exc:
+        _say(f"installation failed (exit {exc.returncode})")
+        return 2
+    env = _env()
+    if command == "serve":
+        _say("starting the omega-mcp hub on stdio with ./servers.toml (an MCP client speaks on stdin; Ctrl-C stops)")
+        args = [str(BIN / "omega-mcp"), "serve", "--config", str(ROOT / "servers.toml"), *rest]
+    elif command == "test":
+        args = [str(PYTHON), "-m", "pytest", *rest]
+    elif command == "lint":
+        ruff = subprocess.run([str(PYTHON), "-m", "ruff", "check", "src", "tests", "bench"], cwd=ROOT, env=env)
+        fmt = subprocess.run([str(PYTHON), "-m", "ruff", "format", "--check", "src", "tests", "bench"], cwd=ROOT, env=env)
+        types = subprocess.run([str(PYTHON), "-m", "pyright"], cwd=ROOT, env=env)
+        return max(ruff.returncode, fmt.returncode, types.returncode)
+    else:
+        _say(f"unknown command {command!r}; use serve, test or lint")
+        return 2
+    try:
+        return subprocess.run(args, cwd=ROOT, env=env).returncode
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,128 @@
+"""The one error tree of omega-mcp.
+
+Exceptions are for the caller of a library function; a *tool* failure that a model should
+see is data (`CallToolResult(is_error=True)`) and is built from a `ToolError` at the Toolbox
+boundary, never raised through the MCP server.
+
+    OmegaError
+    ├── ConfigError            servers.toml or a flag is wrong (CLI exit 2); names file and key
+    ├── ToolError              a tool call failed; its message goes back to the model as isError
+    │   ├── UnknownToolError       no tool by that name (carries the closest names)
+    │   ├── InvalidArgumentsError  arguments do not match the tool's input schema
+    │   ├── PathDeniedError        the sandbox policy refuses a path ("denied", names the path)
+    │   ├── SandboxUnavailableError the OS sandbox cannot be applied and the config requires it
+    │   └── DownstreamError        a downstream server is down, timed out or failed
+    ├── ProviderError          an LLM provider request failed (agent loop)
+    │   ├── ProviderAuthError      authentication / permission / quota: never retried
+    │   └── ProviderHTTPError      any other non-success answer after retries
+    └── AgentError             the agent loop could not finish (CLI exit 1)
+        └── MaxTurnsExceededError  the model still wanted tools after `max_turns` requests
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "DownstreamError",
+    "InvalidArgumentsError",
+    "MaxTurnsExceededError",
+    "OmegaError",
+    "PathDeniedError",
+    "ProviderAuthError",
+    "ProviderError",
+    "ProviderHTTPError",
+    "SandboxUnavailableError",
+    "ToolError",
+    "UnknownToolError",
+]
+
+
+class OmegaError(Exception):
+    """Base class of every error omega-mcp raises on purpose."""
+
+
+class ConfigError(OmegaError):
+    """The configuration (file, environment or flags) is invalid.
+
+    The message is one line naming the file, the key and what is wrong.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        self.path = path
+        self.key = key
+        where = ": ".join(part for part in (path, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ToolError(OmegaError):
+    """A tool call failed in a way the model can act on; becomes an isError result."""
+
+
+class UnknownToolError(ToolError):
+    """No tool has this name; `suggestions` holds the closest exported names."""
+
+    def __init__(self, name: str, suggestions: Sequence[str] = ()) -> None:
+        self.name = name
+        self.suggestions = tuple(suggestions)
+        hint = f" Did you mean: {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(f"Unknown tool: {name!r}.{hint}")
+
+
+class InvalidArgumentsError(ToolError):
+    """The arguments do not validate against the tool's input schema."""
+
+
+class PathDeniedError(ToolError):
+    """The sandbox policy refuses access to a path. The message contains `denied` and the path."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"denied: {path}: {reason}")
+
+
+class SandboxUnavailableError(ToolError):
+    """The OS-level sandbox is required by the configuration but cannot be applied here."""
+
+
+class DownstreamError(ToolError):
+    """A downstream MCP server is unavailable, timed out, or failed the request."""
+
+
+class ProviderError(OmegaError):
+    """An LLM provider request failed; the message carries the provider's own error text."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class ProviderAuthError(ProviderError):
+    """Authentication, permission or quota failure: retrying cannot help."""
+
+
+class ProviderHTTPError(ProviderError):
+    """Any other provider failure (after retries, where retries apply)."""
+
+
+class AgentError(OmegaError):
+    """The agent loop could not produce a final answer."""
+
+
+class MaxTurnsExceededError(AgentError):
+    """The model was still calling tools after `max_turns` model requests.
+
+    `result` holds the conversation so far (an `omega_mcp.agent.loop.AgentResult`), so callers can
+    still report usage and messages.
+    """
+
+    def __init__(self, max_turns: int, result: object = None) -> None:
+        self.max_turns = max_turns
+        self.result = result
+        super().__init__(
+            f"stopped after {max_turns} turns: the model was still calling tools "
+            "(raise --max-turns or [agent] max_turns to allow more)"
+        )

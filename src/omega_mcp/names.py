@@ -1,0 +1,122 @@
+"""The flat tool namespace: `mcp__<server>__<tool>` names, their reverse map and aliases.
+
+Each part is normalized as Claude Code does (every character outside `[A-Za-z0-9_-]` becomes
+`_`); a name over the 64-character budget keeps a readable prefix plus a stable hash of the
+full name, and a collision after normalization is broken the same way, so names are unique
+and deterministic across restarts. Routes are only ever recovered through the reverse map:
+never by splitting on `__` (server and tool names may contain it after normalization).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["MAX_NAME_LENGTH", "Namespace", "Route", "exported_name", "fit_name", "normalize"]
+
+MAX_NAME_LENGTH = 64
+_HASH_LENGTH = 8
+_INVALID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a name leads: a built-in (`server_name is None`) or a downstream server's tool."""
+
+    server_name: str | None
+    tool_name: str
+
+
+def normalize(part: str) -> str:
+    """Claude Code's normalization of one name part: every char outside `[A-Za-z0-9_-]` → `_`."""
+    return _INVALID.sub("_", part)
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_LENGTH]
+
+
+def fit_name(name: str, max_length: int = MAX_NAME_LENGTH, *, key: str | None = None) -> str:
+    """`name` if it fits `max_length`, else a prefix plus `_` and a hash of `key` (default: `name`).
+
+    Passing a distinct `key` forces the hashed form, which is how collisions are broken.
+    """
+    if key is None and len(name) <= max_length:
+        return name
+    suffix = "_" + _digest(name if key is None else key)
+    return name[: max_length - len(suffix)] + suffix
+
+
+def exported_name(server_name: str, tool_name: str) -> str:
+    """The exported name of a downstream tool before collision handling."""
+    return fit_name(f"mcp__{normalize(server_name)}__{normalize(tool_name)}")
+
+
+class Namespace:
+    """An immutable, ordered name ↔ route table with alias and fuzzy lookup.
+
+    Built-ins come first (matched case-insensitively), then downstream tools in the order given.
+    """
+
+    def __init__(self, builtins: Iterable[str], downstream: Iterable[tuple[str, str]]) -> None:
+        self._by_name: dict[str, Route] = {}
+        self._by_route: dict[Route, str] = {}
+        self._aliases: dict[str, Route] = {}
+        self._builtin_folded: dict[str, str] = {}
+        for name in builtins:
+            self._add(name, Route(None, name))
+            self._builtin_folded[name.casefold()] = name
+        for server_name, tool_name in downstream:
+            route = Route(server_name, tool_name)
+            if route in self._by_route:
+                continue  # a server listing one tool twice: first wins
+            name = exported_name(server_name, tool_name)
+            if name in self._by_name:
+                # Two raw names normalized alike (`a.b` and `a_b`): hash the raw identity, deterministic.
+                name = fit_name(name, key=f"{server_name}\0{tool_name}")
+            self._add(name, route)
+            for alias in (f"{server_name}.{tool_name}", f"{server_name}__{tool_name}"):
+                self._aliases.setdefault(alias, route)
+
+    def _add(self, name: str, route: Route) -> None:
+        self._by_name[name] = route
+        self._by_route[route] = name
+
+    @property
+    def names(self) -> list[str]:
+        """Every exported name, in order."""
+        return list(self._by_name)
+
+    def name_of(self, route: Route) -> str:
+        """The exported name of a route.
+
+        Raises:
+            KeyError: the route is not in this namespace.
+        """
+        return self._by_route[route]
+
+    def resolve(self, name: str) -> Route | None:
+        """The route for an exported name, an alias (`server.tool`, `server__tool`) or a built-in in any case."""
+        route = self._by_name.get(name) or self._aliases.get(name)
+        if route is not None:
+            return route
+        builtin = self._builtin_folded.get(name.casefold())
+        return Route(None, builtin) if builtin is not None else None
+
+    def suggest(self, name: str, limit: int = 3) -> list[str]:
+        """The exported names closest to an unknown `name`, best first."""
+        names = self.names
+        folded = {n.casefold(): n for n in names}
+        close = difflib.get_close_matches(name.casefold(), list(folded), n=limit, cutoff=0.5)
+        found = [folded[c] for c in close]
+        needle = name.casefold().rsplit("__", 1)[-1].rsplit(".", 1)[-1]
+        if needle:
+            for candidate in names:
+                if len(found) >= limit:
+                    break
+                if needle in candidate.casefold() and candidate not in found:
+                    found.append(candidate)
+        return found[:limit]

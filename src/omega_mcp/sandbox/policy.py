@@ -1,0 +1,103 @@
+"""The sandbox policy: which directories each kind of tool may write, and what is never writable.
+
+Pure data, no I/O beyond `Path` arithmetic: the file tools (`sandbox/paths.py`) enforce it with
+symlink-safe opens, and the bash trampoline (`sandbox/exec.py`) turns it into Landlock rules.
+The blocklist (system directories and omega's own config/state) applies in every mode, so a
+model can never widen its own sandbox or register a new server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omega_mcp.config import Config, SandboxMode
+
+__all__ = ["SYSTEM_DIRS", "SandboxPolicy"]
+
+SYSTEM_DIRS: tuple[Path, ...] = tuple(
+    Path(p)
+    for p in ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/sys", "/proc", "/dev")
+)
+"""Never writable by the file tools (`/dev/null` excepted), in every mode. `/lib*` is listed out."""
+
+TOKEN_FILE_NAME = "token"
+STATE_DIR_NAME = "state"
+SCRATCH_DIR_NAME = "scratch"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPolicy:
+    """The effective sandbox of one running omega (config + flags, paths absolute)."""
+
+    mode: SandboxMode
+    home: Path
+    workspace: Path
+    write_roots: tuple[Path, ...] = ()
+    config_path: Path | None = None
+    bash_timeout_seconds: float = 120.0
+    require_os_sandbox: bool = True
+    on_denied: str = "deny"
+    env_passthrough: tuple[str, ...] = ()
+    max_processes: int | None = None
+    max_file_size_mb: int | None = None
+    max_open_files: int | None = None
+    memory_mb: int | None = None
+    tmp_dir: Path = field(default=Path("/tmp"))
+
+    @classmethod
+    def from_config(cls, config: Config, *, mode: SandboxMode | None = None, workspace: Path | None = None) -> SandboxPolicy:
+        """Build the policy; flags (`mode`, `workspace`) override the file."""
+        sb = config.sandbox
+        return cls(
+            mode=mode or sb.mode,
+            home=config.home,
+            workspace=(workspace.absolute() if workspace else config.workspace),
+            write_roots=sb.write_roots,
+            config_path=config.path,
+            bash_timeout_seconds=sb.bash_timeout,
+            require_os_sandbox=sb.require_os_sandbox,
+            on_denied=sb.on_denied,
+            env_passthrough=sb.env_passthrough,
+            max_processes=sb.max_processes,
+            max_file_size_mb=sb.max_file_size_mb,
+            max_open_files=sb.max_open_files,
+            memory_mb=sb.memory_mb,
+        )
+
+    @property
+    def scratch_dir(self) -> Path:
+        """`$OMEGA_HOME/scratch`: bash's writable corner of the data directory."""
+        return self.home / SCRATCH_DIR_NAME
+
+    @property
+    def token_file(self) -> Path:
+        return self.home / TOKEN_FILE_NAME
+
+    @property
+    def state_dir(self) -> Path:
+        return self.home / STATE_DIR_NAME
+
+    @property
+    def protected_paths(self) -> tuple[Path, ...]:
+        """omega's own config and state: never writable (any mode), token never readable."""
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir]
+        if self.config_path is not None:
+            paths.append(self.config_path)
+        return tuple(dict.fromkeys(paths))
+
+    @property
+    def file_write_roots(self) -> tuple[Path, ...]:
+        """Roots the file tools may write beneath; `/` in rwx mode (blocklist still applies)."""
+        if self.mode == "rwx":
+            return (Path("/"),)
+        return tuple(dict.fromkeys((self.workspace, self.home, self.tmp_dir, *self.write_roots)))
+
+    @property
+    def bash_write_roots(self) -> tuple[Path, ...]:
+        """Roots bash may write beneath under the OS sandbox (sandbox and rx modes)."""
+        return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
+
+    @property
+    def bash_network(self) -> bool:
+        return self.mode != "sandbox"

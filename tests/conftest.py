@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> SandboxPolicy:
+    """A sandbox-mode policy confined to tmp_path (home, workspace and tmp dir all inside it)."""
+    home = tmp_path / "home"
+    workspace = tmp_path / "ws"
+    tmp_dir = tmp_path / "tmp"
+    for d in (home, workspace, tmp_dir):
+        d.mkdir()
+    return SandboxPolicy(mode="sandbox", home=home, workspace=workspace, tmp_dir=tmp_dir)
+
+
+@pytest.fixture
+def rwx_policy(policy: SandboxPolicy) -> SandboxPolicy:
+    from dataclasses import replace
+
+    return replace(policy, mode="rwx")
+
+
+@pytest.fixture
+async def toolbox(rwx_policy: SandboxPolicy) -> AsyncIterator[object]:
+    from omega_mcp.toolbox import Toolbox
+
+    async with Toolbox(rwx_policy) as box:
+        yield box

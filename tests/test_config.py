@@ -1,0 +1,117 @@
+from pathlib import Path
+
+import pytest
+
+from omega_mcp.config import find_config_path, load_config
+from omega_mcp.errors import ConfigError
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "servers.toml"
+    path.write_text(text)
+    return path
+
+
+def test_no_config_file_at_all_gives_builtins_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_config(environ={"OMEGA_HOME": str(tmp_path / "home")})
+    assert config.path is None
+    assert config.servers == {}
+    assert config.workspace == tmp_path / "home" / "workspace"
+    assert config.sandbox.mode == "sandbox"
+
+
+def test_lookup_order_flag_then_env_then_cwd_then_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "servers.toml").write_text("")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    env = {"OMEGA_HOME": str(home)}
+    assert find_config_path(None, env) == home / "servers.toml"
+    (cwd / "servers.toml").write_text("")
+    assert find_config_path(None, env) == cwd / "servers.toml"
+    other = tmp_path / "other.toml"
+    other.write_text("")
+    assert find_config_path(None, {**env, "OMEGA_CONFIG": str(other)}) == other
+    flag = tmp_path / "flag.toml"
+    flag.write_text("")
+    assert find_config_path(flag, {**env, "OMEGA_CONFIG": str(other)}) == flag
+
+
+def test_a_named_config_that_does_not_exist_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml", environ={})
+
+
+def test_example_servers_toml_at_the_repo_root_loads():
+    root = Path(__file__).resolve().parents[1]
+    config = load_config(root / "servers.toml", environ={"OMEGA_HOME": "/nonexistent-home"})
+    assert config.servers
+
+
+def test_vars_expand_with_defaults(tmp_path):
+    path = _write(
+        tmp_path,
+        """
+[servers.a]
+command = "${CMD}"
+args = ["--x", "${MISSING:-fallback}"]
+env = { K = "${CMD}-${EMPTY:-d}" }
+""",
+    )
+    config = load_config(path, environ={"CMD": "tool", "EMPTY": ""})
+    server = config.servers["a"]
+    assert server.command == "tool"
+    assert server.args == ("--x", "fallback")
+    assert server.env == {"K": "tool-d"}
+
+
+def test_unset_var_without_default_names_the_key(tmp_path):
+    path = _write(tmp_path, '[servers.a]\nurl = "http://127.0.0.1/${NOPE}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert "NOPE" in message and "servers.a.url" in message and str(path) in message
+
+
+def test_disabled_servers_are_not_expanded(tmp_path):
+    path = _write(tmp_path, '[servers.a]\ncommand = "${NOPE}"\nenabled = false\n')
+    assert load_config(path, environ={}).servers["a"].enabled is False
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragment"),
+    [
+        ('[servers."a__b"]\ncommand = "x"\n', "servers", "__"),
+        ('[servers."a b"]\ncommand = "x"\n', "servers", "letters"),
+        ('[servers.a]\ncommand = "x"\nbogus = 1\n', "servers.a.bogus", "unknown key"),
+        ('[servers.a]\ncommand = "x"\nurl = "http://127.0.0.1"\n', "servers.a", "exactly one"),
+        ("[servers.a]\nargs = []\n", "servers.a", "exactly one"),
+        ('[sandbox]\nmode = "yolo"\n', "sandbox.mode", "sandbox"),
+        ("[sandbox]\nbash_timeout = 9999\n", "sandbox.bash_timeout", "600"),
+        ("[nonsense]\n", "nonsense", "unknown key"),
+    ],
+)
+def test_invalid_entries_are_one_line_errors_naming_file_and_key(tmp_path, text, key, fragment):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message and key in message and fragment in message
+
+
+def test_invalid_toml_is_a_config_error(tmp_path):
+    path = _write(tmp_path, "[servers.a\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path, environ={})
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path):
+    path = _write(tmp_path, '[sandbox]\nworkspace = "ws"\nwrite_roots = ["extra"]\n[servers.a]\ncommand = "x"\ncwd = "sub"\n')
+    config = load_config(path, environ={})
+    assert config.workspace == tmp_path / "ws"
+    assert config.sandbox.write_roots == (tmp_path / "extra",)
+    assert config.servers["a"].cwd == tmp_path / "sub"

@@ -1,0 +1,74 @@
+from omega_mcp.names import MAX_NAME_LENGTH, Namespace, Route, exported_name, fit_name, normalize
+
+BUILTINS = ("bash", "read", "write", "edit")
+
+
+def test_normalize_replaces_every_character_outside_the_claude_code_set():
+    assert normalize("get.weather/now é!") == "get_weather_now___"
+    assert normalize("ok-name_1") == "ok-name_1"
+
+
+def test_downstream_names_follow_mcp_server_tool():
+    assert exported_name("time", "get_current_time") == "mcp__time__get_current_time"
+    assert exported_name("my.server", "a b") == "mcp__my_server__a_b"
+
+
+def test_long_names_are_cut_to_64_with_a_stable_hash_suffix():
+    long_tool = "x" * 100
+    name = exported_name("srv", long_tool)
+    assert len(name) == MAX_NAME_LENGTH
+    assert name == exported_name("srv", long_tool)
+    assert name != exported_name("srv", "x" * 99 + "y")
+    assert name.startswith("mcp__srv__xxx")
+
+
+def test_fit_name_leaves_short_names_alone():
+    assert fit_name("short") == "short"
+
+
+def test_names_colliding_after_normalization_stay_unique_and_route_back():
+    ns = Namespace(BUILTINS, [("s", "a.b"), ("s", "a_b")])
+    first, second = ns.names[4:]
+    assert first == "mcp__s__a_b"
+    assert second != first and len(second) <= MAX_NAME_LENGTH
+    assert ns.resolve(first) == Route("s", "a.b")
+    assert ns.resolve(second) == Route("s", "a_b")
+
+
+def test_colliding_long_names_stay_unique():
+    prefix = "t" * 80
+    ns = Namespace((), [("s", prefix + "1"), ("s", prefix + "2"), ("s", prefix + ".3"), ("s", prefix + "_3")])
+    assert len(set(ns.names)) == 4
+    assert all(len(n) <= MAX_NAME_LENGTH for n in ns.names)
+
+
+def test_routes_are_never_recovered_by_splitting_on_double_underscore():
+    # A tool whose own name contains `__` must route to the whole tool name.
+    ns = Namespace(BUILTINS, [("a", "b__c")])
+    assert ns.resolve("mcp__a__b__c") == Route("a", "b__c")
+
+
+def test_order_is_builtins_then_downstream_in_given_order():
+    ns = Namespace(BUILTINS, [("z", "t2"), ("z", "t1"), ("a", "t0")])
+    assert ns.names == [*BUILTINS, "mcp__z__t2", "mcp__z__t1", "mcp__a__t0"]
+
+
+def test_aliases_dot_and_double_underscore_resolve():
+    ns = Namespace(BUILTINS, [("time", "get_current_time")])
+    route = Route("time", "get_current_time")
+    assert ns.resolve("time.get_current_time") == route
+    assert ns.resolve("time__get_current_time") == route
+
+
+def test_builtin_names_match_case_insensitively():
+    ns = Namespace(BUILTINS, [])
+    assert ns.resolve("Bash") == Route(None, "bash")
+    assert ns.resolve("READ") == Route(None, "read")
+    assert ns.resolve("mcp__time__get_current_time") is None
+
+
+def test_suggestions_name_the_closest_tools():
+    ns = Namespace(BUILTINS, [("time", "get_current_time"), ("time", "convert_time")])
+    assert ns.suggest("baash")[0] == "bash"
+    assert "mcp__time__get_current_time" in ns.suggest("mcp__time__get_curent_time")
+    assert "mcp__time__convert_time" in ns.suggest("convert_time")
