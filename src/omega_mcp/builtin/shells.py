@@ -1,0 +1,247 @@
+"""Background shells: `bash` with `run_in_background`, polled by `bash_output`, stopped by `kill_shell`.
+
+`ShellRegistry` is an async context manager owned by the Toolbox for the server's lifetime; each
+shell is a supervisor task in the registry's task group that reads output continuously into a
+bounded `OutputBuffer` (memory stays bounded for chatty shells) and kills the process group once
+bash is done. `bash_output` returns only output not returned before. The number of running shells is
+capped, and leaving the registry kills every shell's process group (shielded, bounded): no orphans.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import anyio
+from anyio.abc import Process, TaskGroup, TaskStatus
+from mcp import types
+
+from omega_mcp.builtin.bash import (
+    DRAIN_SECONDS,
+    describe_exit,
+    group_alive,
+    open_bash,
+    pump_output,
+    terminate_group,
+    text_result,
+)
+from omega_mcp.builtin.output import OutputBuffer
+from omega_mcp.builtin.schemas import BashOutputArgs, KillShellArgs
+from omega_mcp.errors import ToolError
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = ["MAX_RUNNING_SHELLS", "ShellRegistry", "bash_output", "kill_shell"]
+
+MAX_RUNNING_SHELLS = 16
+_MAX_KEPT_SHELLS = 64
+"""Finished shells are kept (for their last output and status) up to this many entries in all."""
+
+_SHUTDOWN_SECONDS = 8.0
+"""Bound on leaving the registry: parallel TERM, grace, KILL, reap of every shell."""
+
+_KILL_WAIT_SECONDS = 5.0
+
+
+@dataclass(slots=True, eq=False)
+class _Shell:
+    shell_id: str
+    command: str
+    timeout_seconds: float | None
+    buffer: OutputBuffer = field(default_factory=OutputBuffer)
+    process: Process | None = None
+    returncode: int | None = None
+    timed_out: bool = False
+    killed: bool = False
+    lingering: bool = False
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def status(self) -> str:
+        if self.running:
+            return "running"
+        if self.killed:
+            return "killed by kill_shell"
+        if self.timed_out:
+            return f"timed out after {self.timeout_seconds:g} s; the process tree was killed"
+        if self.returncode is None:
+            return "exited (status unknown)"
+        if self.returncode < 0:
+            return describe_exit(self.returncode)
+        return f"exited with code {self.returncode}"
+
+    def failed(self) -> bool:
+        return not self.running and not self.killed and (self.timed_out or self.returncode != 0)
+
+
+class ShellRegistry:
+    """The background shells of one server; enter it for the server's lifetime.
+
+    Raises (from its methods):
+        ToolError: unknown shell id, too many running shells, or the registry is not running.
+    """
+
+    def __init__(self, *, max_running: int = MAX_RUNNING_SHELLS) -> None:
+        self.max_running = max_running
+        self._shells: dict[str, _Shell] = {}
+        self._counter = 0
+        self._task_group: TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        task_group, self._task_group = self._task_group, None
+        assert task_group is not None, "ShellRegistry exited without being entered"
+        with anyio.CancelScope(shield=True):
+            running = [shell for shell in self._shells.values() if shell.running and shell.process]
+            with anyio.move_on_after(_SHUTDOWN_SECONDS):
+                async with anyio.create_task_group() as killers:
+                    for shell in running:
+                        shell.killed = True
+                        killers.start_soon(_kill_and_wait, shell)
+            task_group.cancel_scope.cancel()
+        return await task_group.__aexit__(exc_type, exc, tb)
+
+    def _running(self) -> list[_Shell]:
+        return [shell for shell in self._shells.values() if shell.running]
+
+    async def start(self, policy: SandboxPolicy, command: str, *, timeout_seconds: float | None = None) -> str:
+        """Start `command` in the background and return its shell id once the process runs.
+
+        Raises:
+            SandboxUnavailableError: the policy needs an OS sandbox this machine cannot give.
+            ToolError: too many running shells, bash cannot start, or the registry is not running.
+        """
+        if self._task_group is None:
+            raise ToolError("Background shells are not available: the shell registry is not running.")
+        running = self._running()
+        if len(running) >= self.max_running:
+            names = ", ".join(shell.shell_id for shell in running)
+            raise ToolError(
+                f"Too many background shells are running ({len(running)} of {self.max_running}: {names}). "
+                "Stop one with kill_shell first."
+            )
+        self._counter += 1
+        shell = _Shell(f"shell_{self._counter}", command, timeout_seconds)
+        self._shells[shell.shell_id] = shell  # counted against the cap while it starts
+        try:
+            await self._task_group.start(self._supervise, shell, policy)
+        except BaseException:
+            del self._shells[shell.shell_id]
+            raise
+        self._forget_old()
+        return shell.shell_id
+
+    def _forget_old(self) -> None:
+        finished = [shell_id for shell_id, shell in self._shells.items() if not shell.running]
+        for shell_id in finished[: max(0, len(self._shells) - _MAX_KEPT_SHELLS)]:
+            del self._shells[shell_id]
+
+    async def _supervise(self, shell: _Shell, policy: SandboxPolicy, *, task_status: TaskStatus[None]) -> None:
+        try:
+            async with open_bash(policy, shell.command) as process:
+                shell.process = process
+                task_status.started()
+                await _follow(shell, process)
+        finally:
+            shell.buffer.close()
+            shell.done.set()
+
+    def _get(self, shell_id: str) -> _Shell:
+        shell = self._shells.get(shell_id.strip())
+        if shell is None:
+            if not self._shells:
+                raise ToolError(
+                    f"Unknown shell id {shell_id!r}: there are no background shells. "
+                    "Start one with bash and run_in_background: true."
+                )
+            known = ", ".join(f"{s.shell_id} ({s.status()})" for s in self._shells.values())
+            raise ToolError(f"Unknown shell id {shell_id!r}. Known shells: {known}.")
+        return shell
+
+    async def output(self, shell_id: str) -> types.CallToolResult:
+        """Output of the shell since the last call, then its status (`running` / `exited with code N`).
+
+        Raises:
+            ToolError: unknown shell id.
+        """
+        shell = self._get(shell_id)
+        text = shell.buffer.take()
+        return text_result(_with_status(text, shell), is_error=shell.failed())
+
+    async def kill(self, shell_id: str) -> types.CallToolResult:
+        """Kill the shell's whole process group (TERM, bounded grace, KILL); report its last output.
+
+        Raises:
+            ToolError: unknown shell id.
+        """
+        shell = self._get(shell_id)
+        if not shell.running:
+            text = shell.buffer.take()
+            return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} had already finished: "))
+        shell.killed = True
+        await _kill_and_wait(shell)
+        text = shell.buffer.take()
+        if shell.running:
+            return text_result(
+                _with_status(text, shell, prefix=f"{shell.shell_id} was signalled but has not exited yet: "),
+                is_error=True,
+            )
+        return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} and its process group were killed: "))
+
+
+def _with_status(text: str, shell: _Shell, *, prefix: str = "") -> str:
+    if not text:
+        text = "(no new output)\n"
+    elif not text.endswith("\n"):
+        text += "\n"
+    return f"{text}[{prefix}{shell.status()}]"
+
+
+async def _kill_and_wait(shell: _Shell) -> None:
+    if shell.process is not None:
+        await terminate_group(shell.process)
+    with anyio.move_on_after(_KILL_WAIT_SECONDS):
+        await shell.done.wait()
+
+
+async def _follow(shell: _Shell, process: Process) -> None:
+    """Read output until bash ends (or times out); then drain briefly and kill what it left behind."""
+    eof = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump_output, process, shell.buffer, eof)
+        timeout = shell.timeout_seconds if shell.timeout_seconds is not None else math.inf
+        with anyio.move_on_after(timeout):
+            await process.wait()
+        if process.returncode is None and not shell.killed:
+            shell.timed_out = True
+            await terminate_group(process)
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await eof.wait()
+        if not eof.is_set() or group_alive(process.pid):
+            shell.lingering = True
+            await terminate_group(process)
+        with anyio.move_on_after(DRAIN_SECONDS):
+            await process.wait()
+        shell.returncode = process.returncode
+        tg.cancel_scope.cancel()
+
+
+async def bash_output(shells: ShellRegistry, args: BashOutputArgs) -> types.CallToolResult:
+    """The `bash_output` tool: new output of a background shell and its status."""
+    return await shells.output(args.shell_id)
+
+
+async def kill_shell(shells: ShellRegistry, args: KillShellArgs) -> types.CallToolResult:
+    """The `kill_shell` tool: stop a background shell and its whole process tree."""
+    return await shells.kill(args.shell_id)

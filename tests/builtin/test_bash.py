@@ -1,0 +1,256 @@
+"""The bash tool with real subprocesses: output, exit status, timeouts, tree kill, truncation, memory."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import types
+
+from omega_mcp.builtin import bash as bash_module
+from omega_mcp.builtin.bash import run_bash
+from omega_mcp.builtin.output import OutputBuffer
+from omega_mcp.builtin.schemas import BashArgs
+from omega_mcp.builtin.shells import ShellRegistry
+from omega_mcp.errors import ToolError
+from omega_mcp.sandbox.launch import BashLaunch
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> SandboxPolicy:
+    return SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path / "ws")
+
+
+@pytest.fixture
+async def shells() -> AsyncIterator[ShellRegistry]:
+    async with ShellRegistry() as registry:
+        yield registry
+
+
+def _text(result: types.CallToolResult) -> str:
+    assert len(result.content) == 1
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def _bash(policy: SandboxPolicy, shells: ShellRegistry, command: str, **kw: object) -> types.CallToolResult:
+    with anyio.fail_after(30):
+        return await run_bash(policy, BashArgs.model_validate({"command": command, **kw}), shells)
+
+
+def _gone(pid: int) -> bool:
+    """Dead or a zombie (our container's init may not reap orphans)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+async def _assert_gone(pid: int) -> None:
+    with anyio.move_on_after(5):
+        while not _gone(pid):  # noqa: ASYNC110 - nothing signals another process's death
+            await anyio.sleep(0.02)
+    assert _gone(pid), f"process {pid} is still alive"
+
+
+async def _read_pid(path: Path) -> int:
+    """Wait (bounded) until the command under test has written a pid to `path`."""
+    file = anyio.Path(path)
+    with anyio.fail_after(10):
+        while True:
+            text = await file.read_text() if await file.exists() else ""
+            if text.strip():
+                return int(text)
+            await anyio.sleep(0.01)
+
+
+async def test_echo_returns_its_output(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "echo hello")
+    assert _text(result) == "hello\n"
+    assert not result.is_error
+
+
+async def test_stdout_and_stderr_are_combined_in_order(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "echo a; echo b >&2; echo c")
+    assert _text(result) == "a\nb\nc\n"
+
+
+async def test_cwd_is_the_workspace_and_it_is_created(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    assert not policy.workspace.exists()
+    result = await _bash(policy, shells, "pwd; echo data > created.txt")
+    assert _text(result) == f"{policy.workspace}\n"
+    assert (policy.workspace / "created.txt").read_text() == "data\n"
+
+
+async def test_stdin_is_empty(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "cat; echo done")
+    assert _text(result) == "done\n"
+
+
+async def test_non_zero_exit_is_an_error_with_the_code(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "exit 3")
+    assert result.is_error
+    assert _text(result) == "exit code 3"
+
+
+async def test_output_then_failure_appends_the_exit_code(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "echo oops; exit 2")
+    assert result.is_error
+    assert _text(result) == "oops\nexit code 2"
+
+
+async def test_silent_success_says_exit_code_0(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "true")
+    assert not result.is_error
+    assert _text(result) == "exit code 0"
+
+
+async def test_death_by_signal_is_named(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "kill -KILL $$")
+    assert result.is_error
+    assert "killed by signal 9" in _text(result)
+
+
+async def test_timeout_keeps_partial_output_and_kills_the_group(
+    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "sleep.pid"
+    command = f"echo start; sleep 30 & echo $! > {pid_file}; wait"
+    result = await _bash(policy, shells, command, timeout=1)
+    text = _text(result)
+    assert result.is_error
+    assert text.startswith("start\n")
+    assert "timed out after 1 s" in text
+    await _assert_gone(int(pid_file.read_text()))
+
+
+async def test_background_child_does_not_hang_the_call_and_is_killed(
+    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    with anyio.fail_after(6):
+        result = await _bash(policy, shells, f"sleep 30 & echo $! > {pid_file}; echo parent done")
+    text = _text(result)
+    assert not result.is_error
+    assert text.startswith("parent done\n")
+    assert "run_in_background" in text
+    await _assert_gone(int(pid_file.read_text()))
+
+
+async def test_detached_output_less_child_is_killed_too(
+    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child.pid"
+    result = await _bash(policy, shells, f"sleep 30 >/dev/null 2>&1 & echo $! > {pid_file}")
+    text = _text(result)
+    assert text.startswith("exit code 0\n")
+    assert "terminated" in text
+    await _assert_gone(int(pid_file.read_text()))
+
+
+async def test_long_output_is_cut_in_the_middle_with_the_total(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    total = sum(len(str(i)) + 1 for i in range(1, 20001))
+    result = await _bash(policy, shells, "seq 1 20000")
+    text = _text(result)
+    assert not result.is_error
+    assert f"output truncated: {total} characters total" in text
+    assert text.startswith("1\n2\n3\n")
+    assert text.endswith("19999\n20000\n")
+    assert len(text) < 30_200
+
+
+async def test_output_at_the_limit_is_not_truncated(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, "head -c 30000 /dev/zero | tr '\\0' x")
+    assert _text(result) == "x" * 30_000
+
+
+async def test_huge_output_uses_bounded_memory(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    tracemalloc.start()
+    try:
+        result = await _bash(policy, shells, "yes | head -c 200000000")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "output truncated: 200000000 characters total" in _text(result)
+    assert peak < 20 * 1024 * 1024
+
+
+async def test_invalid_utf8_is_replaced(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, r"printf 'a\377b\n'")
+    assert _text(result) == "a\ufffdb\n"
+
+
+async def test_ansi_escapes_and_progress_lines_are_cleaned(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    result = await _bash(policy, shells, r"printf '\033[31mred\033[0m\r\n10%%\r50%%\r100%%\nend\n'")
+    assert _text(result) == "red\n100%\nend\n"
+
+
+async def test_huge_command_runs_through_a_file(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    command = ":\n" * (200 * 1024 // 2) + "echo huge ok"
+    result = await _bash(policy, shells, command)
+    assert _text(result) == "huge ok\n"
+    assert not list((policy.scratch_dir).iterdir())  # the command file is removed
+
+
+async def test_huge_command_keeps_its_exit_status(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    command = "# padding\n" * 20_000 + "echo last; exit 4"
+    result = await _bash(policy, shells, command)
+    assert result.is_error
+    assert _text(result) == "last\nexit code 4"
+
+
+async def test_nul_in_command_is_a_clear_error(policy: SandboxPolicy, shells: ShellRegistry) -> None:
+    with pytest.raises(ToolError, match="NUL"):
+        await _bash(policy, shells, "echo a\x00b")
+
+
+async def test_cancellation_kills_the_tree(policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path) -> None:
+    pid_file, bash_pid_file = tmp_path / "sleep.pid", tmp_path / "bash.pid"
+    command = f"echo $$ > {bash_pid_file}; sleep 30 & echo $! > {pid_file}; wait"
+    pids: list[int] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_bash, policy, shells, command)
+        pids += [await _read_pid(pid_file), await _read_pid(bash_pid_file)]
+        tg.cancel_scope.cancel()
+    for pid in pids:
+        await _assert_gone(pid)
+
+
+async def test_huge_command_is_sourced_when_the_launch_argv_has_another_shape(
+    policy: SandboxPolicy, shells: ShellRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def wrapped_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
+        # A wrapper shape: the command is not the last argv element.
+        return BashLaunch(("/bin/bash", "-c", command, "omega"), {"PATH": "/usr/bin:/bin"}, policy.workspace)
+
+    monkeypatch.setattr(bash_module, "bash_launch", wrapped_launch)
+    command = "# padding\n" * 20_000 + 'echo "sourced as $0"'
+    result = await _bash(policy, shells, command)
+    assert _text(result) == "sourced as omega\n"
+
+
+def test_escape_split_across_reads_is_stripped_whole() -> None:
+    buffer = OutputBuffer()
+    for chunk in (b"\x1b[3", b"1mred\x1b", b"[0m \xe2\x82", b"\xac\n"):
+        buffer.feed(chunk)
+    buffer.close()
+    assert buffer.take() == "red \u20ac\n"
+
+
+def test_carriage_return_rewrite_spans_reads() -> None:
+    buffer = OutputBuffer()
+    for chunk in (b"10%\r", b"20%", b"\r100%", b"\r\n", b"done\n"):
+        buffer.feed(chunk)
+    buffer.close()
+    assert buffer.take() == "100%\ndone\n"

@@ -1,0 +1,175 @@
+"""Background shells with real subprocesses: start, incremental output, kill, shutdown, errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import types
+
+from omega_mcp.builtin.bash import run_bash
+from omega_mcp.builtin.schemas import BashArgs, BashOutputArgs, KillShellArgs
+from omega_mcp.builtin.shells import ShellRegistry, bash_output, kill_shell
+from omega_mcp.errors import ToolError
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> SandboxPolicy:
+    return SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path / "ws")
+
+
+def _text(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def _gone(pid: int) -> bool:
+    """Dead or a zombie (our container's init may not reap orphans)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+async def _assert_gone(pid: int) -> None:
+    with anyio.move_on_after(5):
+        while not _gone(pid):  # noqa: ASYNC110 - nothing signals another process's death
+            await anyio.sleep(0.02)
+    assert _gone(pid), f"process {pid} is still alive"
+
+
+async def _read_pid(path: Path) -> int:
+    """Wait (bounded) until the command under test has written a pid to `path`."""
+    file = anyio.Path(path)
+    with anyio.fail_after(10):
+        while True:
+            text = await file.read_text() if await file.exists() else ""
+            if text.strip():
+                return int(text)
+            await anyio.sleep(0.01)
+
+
+async def _start(shells: ShellRegistry, policy: SandboxPolicy, command: str) -> str:
+    with anyio.fail_after(10):
+        result = await run_bash(policy, BashArgs(command=command, run_in_background=True), shells)
+    text = _text(result)
+    assert not result.is_error
+    shell_id = text.split()[3].rstrip(".")
+    assert "bash_output" in text and "kill_shell" in text
+    return shell_id
+
+
+async def _poll_until_finished(shells: ShellRegistry, shell_id: str) -> list[str]:
+    texts: list[str] = []
+    with anyio.fail_after(10):
+        while True:
+            text = _text(await bash_output(shells, BashOutputArgs(shell_id=shell_id)))
+            texts.append(text)
+            if not text.endswith("[running]"):
+                return texts
+            await anyio.sleep(0.05)
+
+
+async def test_background_shell_returns_an_id_at_once_and_streams_new_output(policy: SandboxPolicy) -> None:
+    async with ShellRegistry() as shells:
+        shell_id = await _start(shells, policy, "for i in 1 2 3; do echo $i; sleep 0.2; done")
+        assert shell_id == "shell_1"
+        texts = await _poll_until_finished(shells, shell_id)
+        assert texts[0].endswith("[running]")
+        assert texts[-1].endswith("[exited with code 0]")
+        output = "".join(t.rsplit("[", 1)[0].replace("(no new output)\n", "") for t in texts)
+        assert output == "1\n2\n3\n"
+        again = await bash_output(shells, BashOutputArgs(shell_id=shell_id))
+        assert _text(again) == "(no new output)\n[exited with code 0]"
+        assert not again.is_error
+
+
+async def test_failed_background_shell_reports_its_exit_code_as_error(policy: SandboxPolicy) -> None:
+    async with ShellRegistry() as shells:
+        shell_id = await _start(shells, policy, "echo bad; exit 5")
+        texts = await _poll_until_finished(shells, shell_id)
+        assert texts[-1].endswith("[exited with code 5]")
+        result = await bash_output(shells, BashOutputArgs(shell_id=shell_id))
+        assert result.is_error
+
+
+async def test_kill_shell_kills_the_process_group(policy: SandboxPolicy, tmp_path: Path) -> None:
+    pid_file = tmp_path / "sleep.pid"
+    async with ShellRegistry() as shells:
+        shell_id = await _start(shells, policy, f"sleep 1000 & echo $! > {pid_file}; wait")
+        pid = await _read_pid(pid_file)
+        with anyio.fail_after(10):
+            result = await kill_shell(shells, KillShellArgs(shell_id=shell_id))
+        assert not result.is_error
+        assert "killed" in _text(result)
+        await _assert_gone(pid)
+        status = await bash_output(shells, BashOutputArgs(shell_id=shell_id))
+        assert _text(status).endswith("[killed by kill_shell]")
+
+
+async def test_registry_exit_kills_every_shell(policy: SandboxPolicy, tmp_path: Path) -> None:
+    pids: list[int] = []
+    with anyio.fail_after(20):
+        async with ShellRegistry() as shells:
+            for n in range(3):
+                pid_file = tmp_path / f"sleep{n}.pid"
+                await _start(shells, policy, f"sleep 1000 & echo $! > {pid_file}; wait")
+                pids.append(await _read_pid(pid_file))
+    for pid in pids:
+        await _assert_gone(pid)
+
+
+async def test_background_shell_timeout_kills_it(policy: SandboxPolicy, tmp_path: Path) -> None:
+    pid_file = tmp_path / "sleep.pid"
+    async with ShellRegistry() as shells:
+        with anyio.fail_after(10):
+            result = await run_bash(
+                policy,
+                BashArgs(command=f"sleep 1000 & echo $! > {pid_file}; wait", run_in_background=True, timeout=0.5),
+                shells,
+            )
+        shell_id = _text(result).split()[3].rstrip(".")
+        texts = await _poll_until_finished(shells, shell_id)
+        assert "timed out after 0.5 s" in texts[-1]
+        await _assert_gone(await _read_pid(pid_file))
+
+
+async def test_unknown_shell_id_lists_the_known_ones(policy: SandboxPolicy) -> None:
+    async with ShellRegistry() as shells:
+        with pytest.raises(ToolError, match="no background shells"):
+            await bash_output(shells, BashOutputArgs(shell_id="shell_9"))
+        shell_id = await _start(shells, policy, "true")
+        with pytest.raises(ToolError, match=f"Known shells: {shell_id}"):
+            await kill_shell(shells, KillShellArgs(shell_id="nope"))
+
+
+async def test_running_shells_are_capped(policy: SandboxPolicy) -> None:
+    async with ShellRegistry(max_running=2) as shells:
+        await _start(shells, policy, "sleep 1000")
+        await _start(shells, policy, "sleep 1000")
+        with pytest.raises(ToolError, match="Too many background shells"):
+            await _start(shells, policy, "sleep 1000")
+
+
+async def test_failed_start_is_a_clear_error_and_not_registered(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    policy = SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path / "file" / "ws")
+    async with ShellRegistry() as shells:
+        with pytest.raises(ToolError, match="workspace"):
+            await shells.start(policy, "true")
+        with pytest.raises(ToolError, match="no background shells"):
+            await shells.output("shell_1")
+
+
+async def test_start_outside_the_registry_is_an_error(policy: SandboxPolicy) -> None:
+    with pytest.raises(ToolError, match="not running"):
+        await ShellRegistry().start(policy, "true")
