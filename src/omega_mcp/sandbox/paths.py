@@ -1,0 +1,401 @@
+"""Symlink-safe path containment for the file tools (read, write, edit).
+
+A path check is never a string test and never "realpath, then open by name": writes open the
+parent directory relative to an fd of the allowed root with `openat2(RESOLVE_BENEATH |
+RESOLVE_NO_MAGICLINKS)` (fallback without openat2: a component walk that refuses symlinks), and
+every later operation (create, temp file, rename) goes through that directory fd, so a symlink
+swapped in mid-call cannot redirect it. The blocklist (system dirs, omega's config and state) is
+checked on the lexical path *and* on the real location of the opened fd. Reads are unrestricted
+except `/proc/*/environ` and the token file, checked the same two ways. All functions here block:
+call them from a worker thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Generator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
+from omega_mcp.sandbox.policy import SYSTEM_DIRS, SandboxPolicy
+
+__all__ = [
+    "DEV_NULL",
+    "MAX_PATH_BYTES",
+    "ParentDir",
+    "check_read_fd",
+    "describe_os_error",
+    "not_regular_message",
+    "open_readable",
+    "open_write_parent",
+    "resolve_path",
+]
+
+MAX_PATH_BYTES = 4096
+DEV_NULL = Path("/dev/null")
+
+_SYS_OPENAT2 = 437  # same number on every architecture (generic syscall table)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_BENEATH = 0x08
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_EAGAIN_RETRIES = 8
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_openat2_usable: bool | None = None  # probed once; tests flip it to exercise the fallback walk
+
+
+def _openat2(dir_fd: int, rel: str, resolve: int) -> int:
+    """openat2(dir_fd, rel, O_PATH|O_DIRECTORY, resolve); raises OSError like `os.open`."""
+    how = _OpenHow(_DIR_FLAGS, 0, resolve)
+    encoded = os.fsencode(rel)
+    for _ in range(_EAGAIN_RETRIES):  # EAGAIN: a concurrent rename raced a `..` lookup; retry is the documented fix
+        fd = int(
+            _syscall(
+                ctypes.c_long(_SYS_OPENAT2),
+                ctypes.c_int(dir_fd),
+                ctypes.c_char_p(encoded),
+                ctypes.byref(how),
+                ctypes.c_size_t(ctypes.sizeof(how)),
+            )
+        )
+        if fd >= 0:
+            return fd
+        err = ctypes.get_errno()
+        if err != errno.EAGAIN:
+            raise OSError(err, os.strerror(err), rel)
+    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
+
+
+def _have_openat2() -> bool:
+    global _openat2_usable  # noqa: PLW0603 - a process-wide probe result
+    if _openat2_usable is None:
+        try:
+            os.close(_openat2(-100, "/", 0))  # AT_FDCWD
+            _openat2_usable = True
+        except OSError as exc:  # ENOSYS: old kernel; EPERM: a seccomp filter (containers)
+            _openat2_usable = exc.errno not in (errno.ENOSYS, errno.EPERM)
+    return _openat2_usable
+
+
+def resolve_path(policy: SandboxPolicy, file_path: str) -> Path:
+    """The lexical absolute form of a tool `file_path`: `~` expanded, relative to the workspace, normalised.
+
+    Raises:
+        InvalidArgumentsError: NUL byte, unencodable text, or longer than 4096 bytes.
+    """
+    if "\0" in file_path:
+        raise InvalidArgumentsError(f"file_path contains a NUL byte: {file_path!r}")
+    try:
+        size = len(os.fsencode(file_path))
+    except UnicodeEncodeError:
+        raise InvalidArgumentsError(f"file_path is not valid Unicode: {file_path!r}") from None
+    if size > MAX_PATH_BYTES:
+        raise InvalidArgumentsError(f"file_path is too long ({size} bytes; the limit is {MAX_PATH_BYTES})")
+    if file_path == "~" or file_path.startswith("~/"):
+        file_path = os.path.expanduser("~") + file_path[1:]
+    joined = os.path.join(os.path.abspath(policy.workspace), file_path)
+    normal = os.path.normpath(joined)
+    if normal.startswith("//"):  # POSIX keeps a leading `//`; on Linux it is just `/`
+        normal = "/" + normal.lstrip("/")
+    if len(os.fsencode(normal)) > MAX_PATH_BYTES:
+        raise InvalidArgumentsError(f"path is too long once resolved against the workspace: {normal[:200]}...")
+    return Path(normal)
+
+
+def _aliases(path: Path) -> tuple[Path, ...]:
+    """The lexical and the real spelling of a trusted path (config file, root), for component comparison."""
+    return tuple(dict.fromkeys((Path(os.path.normpath(path)), Path(os.path.realpath(path)))))
+
+
+def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
+    """Why `target` may never be written (any mode), or None. `target` is lexical or real."""
+    if target == DEV_NULL:
+        return None
+    for protected in policy.protected_paths:
+        for alias in _aliases(protected):
+            if target.is_relative_to(alias):
+                return f"{protected} is omega's own configuration or state, never writable by the tools (every mode)"
+    for system in SYSTEM_DIRS:
+        if target.is_relative_to(system):
+            return f"{system} is a system directory, never writable by the file tools (every mode)"
+    return None
+
+
+def _check_write_allowed(policy: SandboxPolicy, target: Path, shown: Path) -> None:
+    reason = _write_block_reason(policy, target)
+    if reason is not None:
+        raise PathDeniedError(str(shown), f"{reason}; writable ({policy.mode} mode): {_roots_text(policy)}")
+
+
+def _roots_text(policy: SandboxPolicy) -> str:
+    if policy.mode == "rwx":
+        return "anywhere except system directories and omega's own configuration and state"
+    return ", ".join(str(r) for r in policy.file_write_roots) + " (except omega's configuration and state)"
+
+
+def _real_fd_path(fd: int, fallback: Path) -> Path:
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # /proc not mounted: the best remaining answer
+        return Path(os.path.realpath(fallback))
+
+
+@dataclass(frozen=True, slots=True)
+class ParentDir:
+    """An open directory fd (O_PATH) for the parent of a write target, and the target's entry name in it."""
+
+    dir_fd: int
+    name: str
+    path: Path
+    """The lexical absolute target path (what messages show)."""
+    real_path: Path
+    """Where the entry really is: the real path of `dir_fd` joined with `name`."""
+
+
+def _deny_escape(policy: SandboxPolicy, path: Path, root: Path, exc: OSError) -> PathDeniedError:
+    what = "a symbolic link" if exc.errno == errno.ELOOP else "a symbolic link or `..`"
+    return PathDeniedError(
+        str(path),
+        f"the path leaves the writable root {root} through {what}; writable ({policy.mode} mode): "
+        f"{_roots_text(policy)}",
+    )
+
+
+def _walk(dir_fd: int, parts: tuple[str, ...], *, follow: bool) -> int:
+    """Fallback without openat2: open each component; a symlink is refused unless `follow` (rwx mode)."""
+    fd = os.dup(dir_fd)
+    try:
+        for part in parts:
+            flags = _DIR_FLAGS if follow else _DIR_FLAGS | os.O_NOFOLLOW
+            try:
+                nxt = os.open(part, flags, dir_fd=fd)
+            except NotADirectoryError:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    raise OSError(errno.EXDEV, "symbolic link component refused", part) from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_beneath(root_fd: int, parts: tuple[str, ...], *, contained: bool) -> int:
+    if not parts:
+        return os.dup(root_fd)
+    if _have_openat2():
+        resolve = _RESOLVE_NO_MAGICLINKS | (_RESOLVE_BENEATH if contained else 0)
+        return _openat2(root_fd, "/".join(parts), resolve)
+    return _walk(root_fd, parts, follow=not contained)
+
+
+def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
+    """(configured root, matching spelling) of the most specific write root containing `path` by components."""
+    matches = [
+        (len(alias.parts), root, alias)
+        for root in policy.file_write_roots
+        for alias in _aliases(root)
+        if path.is_relative_to(alias)
+    ]
+    if not matches:
+        raise PathDeniedError(
+            str(path),
+            f"outside the writable roots; writable ({policy.mode} mode): {_roots_text(policy)}; write inside one of "
+            f"them (relative paths resolve against the workspace {policy.workspace})",
+        )
+    _, root, alias = max(matches, key=lambda m: m[0])
+    return root, alias
+
+
+def _open_root(root: Path, *, create: bool) -> int:
+    try:
+        return os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        if not create:
+            raise
+    os.makedirs(root, exist_ok=True)  # a configured root (trusted, by name) that does not exist yet
+    return os.open(root, _DIR_FLAGS)
+
+
+def _open_parent_fd(policy: SandboxPolicy, path: Path, root: Path, rel: tuple[str, ...], create: bool) -> int:
+    contained = policy.mode != "rwx"
+    root_fd = _open_root(root, create=create)
+    try:
+        try:
+            return _open_beneath(root_fd, rel, contained=contained)
+        except FileNotFoundError:
+            if not create:
+                raise
+        # Find the deepest existing ancestor (still resolved beneath the root), then create the rest
+        # with mkdirat through directory fds, never by name from the root again.
+        depth = len(rel) - 1
+        while True:
+            try:
+                fd = _open_beneath(root_fd, rel[:depth], contained=contained)
+                break
+            except FileNotFoundError:
+                depth -= 1
+        try:
+            real = _real_fd_path(fd, root.joinpath(*rel[:depth]))
+            _check_write_allowed(policy, real.joinpath(*rel[depth:], path.name), path)
+            for part in rel[depth:]:
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                nxt = _walk(fd, (part,), follow=False)  # just created by us: a symlink here is an attack
+                os.close(fd)
+                fd = nxt
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+    finally:
+        os.close(root_fd)
+
+
+@contextmanager
+def open_write_parent(policy: SandboxPolicy, path: Path, *, create: bool) -> Generator[ParentDir]:
+    """Open the parent directory of a write target beneath its allowed root; the fd closes on exit.
+
+    `path` comes from `resolve_path`. With `create`, missing parent directories are made (and a missing
+    configured root). The leaf itself is not resolved: callers act on `ParentDir.name` relative to
+    `ParentDir.dir_fd` without following it.
+
+    Raises:
+        PathDeniedError: outside every write root, escaping its root, or on the blocklist (lexically or really).
+        ToolError: the parent cannot be opened (missing without `create`, not a directory, OS error).
+    """
+    _check_write_allowed(policy, path, path)
+    if path == Path("/"):
+        raise ToolError("cannot write to `/`: it is a directory")
+    root, alias = _pick_root(policy, path)
+    rel = path.relative_to(alias).parts[:-1]
+    if path == alias:  # writing the root itself: its parent is outside the root
+        raise ToolError(f"cannot write to {path}: it is a directory (a writable root)")
+    try:
+        fd = _open_parent_fd(policy, path, root, rel, create)
+    except FileNotFoundError:
+        raise ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)") from None
+    except NotADirectoryError:
+        raise ToolError(f"cannot use {path}: a component of {path.parent} is not a directory") from None
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.ELOOP):
+            raise _deny_escape(policy, path, root, exc) from None
+        raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
+    try:
+        real = _real_fd_path(fd, path.parent) / path.name
+        _check_write_allowed(policy, real, path)
+        yield ParentDir(dir_fd=fd, name=path.name, path=path, real_path=real)
+    finally:
+        os.close(fd)
+
+
+def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
+    if target.is_relative_to("/proc") and target.name == "environ":
+        return "/proc/*/environ holds process secrets (API keys, tokens); reading it is denied"
+    for alias in _aliases(policy.token_file):
+        if target == alias:
+            return "omega's token file is never readable by the tools"
+    return None
+
+
+def check_read_fd(policy: SandboxPolicy, fd: int, path: Path) -> None:
+    """Refuse an opened file that is really an environ file or the token (by real path and by inode).
+
+    Raises:
+        PathDeniedError: the fd is a denied file, whatever name or link led to it.
+    """
+    reason = _read_block_reason(policy, _real_fd_path(fd, path))
+    if reason is None:
+        with suppress(OSError):
+            token = os.stat(policy.token_file)
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (token.st_dev, token.st_ino):  # a hard link to the token
+                reason = "it is a link to omega's token file, which is never readable by the tools"
+    if reason is not None:
+        raise PathDeniedError(str(path), reason)
+
+
+_KIND = {
+    stat.S_IFDIR: "a directory; use bash `ls` to list it",
+    stat.S_IFIFO: "a FIFO (named pipe); reading it could block forever",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def not_regular_message(path: Path, mode: int) -> str:
+    kind = _KIND.get(stat.S_IFMT(mode), "not a regular file")
+    return f"not a regular file: {path} is {kind}"
+
+
+def open_readable(policy: SandboxPolicy, path: Path) -> int:
+    """Open a regular file for reading (symlinks followed; never blocks); returns an O_RDONLY fd.
+
+    The file is first opened O_PATH (no side effects even on devices), checked, then reopened
+    through /proc/self/fd so the checked inode is the one read.
+
+    Raises:
+        PathDeniedError: environ or token file. ToolError: missing, not a regular file, OS error.
+    """
+    reason = _read_block_reason(policy, path)
+    if reason is not None:
+        raise PathDeniedError(str(path), reason)
+    try:
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ToolError(
+            f"file does not exist: {path} (relative paths resolve against the workspace {policy.workspace})"
+        ) from None
+    except OSError as exc:
+        raise ToolError(describe_os_error(exc, path, "open")) from None
+    try:
+        check_read_fd(policy, pfd, path)
+        st = os.fstat(pfd)
+        if not stat.S_ISREG(st.st_mode) and _real_fd_path(pfd, path) != DEV_NULL:
+            raise ToolError(not_regular_message(path, st.st_mode))
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            return os.open(f"/proc/self/fd/{pfd}", flags)
+        except FileNotFoundError:  # no /proc: reopen by name and make sure it is the same inode
+            fd = os.open(path, flags)
+            again = os.fstat(fd)
+            if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+                os.close(fd)
+                raise ToolError(f"{path} changed while it was being opened; try again") from None
+            return fd
+        except OSError as exc:
+            raise ToolError(describe_os_error(exc, path, "open")) from None
+    finally:
+        os.close(pfd)
+
+
+def describe_os_error(exc: OSError, path: Path, action: str) -> str:
+    """A one-line, actionable description of an OS error on `path`."""
+    hints = {
+        errno.EACCES: "the operating system refused access (file permissions)",
+        errno.EPERM: "the operating system refused the operation",
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EROFS: "the file system is read-only",
+        errno.ENAMETOOLONG: "a path component is longer than 255 bytes",
+        errno.ELOOP: "too many levels of symbolic links",
+        errno.EISDIR: "it is a directory",
+        errno.ENOTDIR: "a path component is not a directory",
+    }
+    why = hints.get(exc.errno or 0, exc.strerror or str(exc))
+    return f"cannot {action} {path}: {why}"
