@@ -30,8 +30,6 @@ def _say(message: str) -> None:
 
 def ensure_venv() -> None:
     """Create .venv and install the package with its dev extras when needed."""
-    if sys.version_info < (3, 11):
-        sys.exit(f"dev.py: Python 3.11 or newer is needed, this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         _say(f"creating {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
@@ -65,15 +63,19 @@ def main(argv: list[str]) -> int:
     elif command == "test":
         args = [str(PYTHON), "-m", "pytest", *rest]
     elif command == "lint":
-        ruff = subprocess.run([str(PYTHON), "-m", "ruff", "check", "src", "tests", "bench"], cwd=ROOT, env=env)
-        fmt = subprocess.run([str(PYTHON), "-m", "ruff", "format", "--check", "src", "tests", "bench"], cwd=ROOT, env=env)
-        types = subprocess.run([str(PYTHON), "-m", "pyright"], cwd=ROOT, env=env)
+        ruff = subprocess.run(
+            [str(PYTHON), "-m", "ruff", "check", "src", "tests", "bench"], cwd=ROOT, env=env, check=False
+        )
+        fmt = subprocess.run(
+            [str(PYTHON), "-m", "ruff", "format", "--check", "src", "tests", "bench"], cwd=ROOT, env=env, check=False
+        )
+        types = subprocess.run([str(PYTHON), "-m", "pyright"], cwd=ROOT, env=env, check=False)
         return max(ruff.returncode, fmt.returncode, types.returncode)
     else:
         _say(f"unknown command {command!r}; use serve, test or lint")
         return 2
     try:
-        return subprocess.run(args, cwd=ROOT, env=env).returncode
+        return subprocess.run(args, cwd=ROOT, env=env, check=False).returncode
     except KeyboardInterrupt:
         return 130
 

@@ -110,7 +110,9 @@ def test_invalid_toml_is_a_config_error(tmp_path):
 
 
 def test_relative_paths_resolve_against_the_config_file(tmp_path):
-    path = _write(tmp_path, '[sandbox]\nworkspace = "ws"\nwrite_roots = ["extra"]\n[servers.a]\ncommand = "x"\ncwd = "sub"\n')
+    path = _write(
+        tmp_path, '[sandbox]\nworkspace = "ws"\nwrite_roots = ["extra"]\n[servers.a]\ncommand = "x"\ncwd = "sub"\n'
+    )
     config = load_config(path, environ={})
     assert config.workspace == tmp_path / "ws"
     assert config.sandbox.write_roots == (tmp_path / "extra",)

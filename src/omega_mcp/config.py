@@ -37,6 +37,13 @@ _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def omega_home(environ: Mapping[str, str] | None = None) -> Path:
+    """`$OMEGA_HOME`, default `~/.omega`, absolute."""
+    env = os.environ if environ is None else environ
+    raw = env.get("OMEGA_HOME") or "~/.omega"
+    return Path(os.path.abspath(os.path.expanduser(raw)))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -103,7 +110,7 @@ class Config(_Strict):
     servers: dict[str, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
     agent: AgentConfig = AgentConfig()
     path: Path | None = Field(default=None, exclude=True)
-    home: Path = Field(default_factory=lambda: omega_home(), exclude=True)
+    home: Path = Field(default_factory=omega_home, exclude=True)
 
     @field_validator("servers")
     @classmethod
@@ -119,13 +126,6 @@ class Config(_Strict):
     def workspace(self) -> Path:
         """The workspace directory (absolute; may not exist yet)."""
         return self.sandbox.workspace or self.home / "workspace"
-
-
-def omega_home(environ: Mapping[str, str] | None = None) -> Path:
-    """`$OMEGA_HOME`, default `~/.omega`, absolute."""
-    env = os.environ if environ is None else environ
-    raw = env.get("OMEGA_HOME") or "~/.omega"
-    return Path(os.path.abspath(os.path.expanduser(raw)))
 
 
 def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path | None:

@@ -21,7 +21,7 @@ SYSTEM_DIRS: tuple[Path, ...] = tuple(
 )
 """Never writable by the file tools (`/dev/null` excepted), in every mode. `/lib*` is listed out."""
 
-TOKEN_FILE_NAME = "token"
+TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a secret
 STATE_DIR_NAME = "state"
 SCRATCH_DIR_NAME = "scratch"
 
@@ -46,7 +46,9 @@ class SandboxPolicy:
     tmp_dir: Path = field(default=Path("/tmp"))
 
     @classmethod
-    def from_config(cls, config: Config, *, mode: SandboxMode | None = None, workspace: Path | None = None) -> SandboxPolicy:
+    def from_config(
+        cls, config: Config, *, mode: SandboxMode | None = None, workspace: Path | None = None
+    ) -> SandboxPolicy:
         """Build the policy; flags (`mode`, `workspace`) override the file."""
         sb = config.sandbox
         return cls(
