@@ -1,0 +1,172 @@
+"""The standalone tool hub: omega's MCP server over streamable HTTP at `/mcp`.
+
+One `OmegaServer` (and so one Toolbox with its downstream connections) serves every client;
+the SDK's session manager gives each client its own session and answers both protocol eras.
+Safe by default: binds 127.0.0.1, checks Host and Origin against DNS rebinding, limits request
+bodies, and requires a bearer token whenever the bind address is not loopback (`OMEGA_TOKEN`,
+or a token generated once into `$OMEGA_HOME/token`, mode 0600, which the tools cannot read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+from collections.abc import Generator, Mapping
+from pathlib import Path
+
+import anyio
+import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from omega_mcp.errors import ConfigError
+from omega_mcp.server import OmegaServer
+
+__all__ = ["BearerTokenMiddleware", "build_http_app", "is_loopback", "load_or_create_token", "serve_http"]
+
+logger = logging.getLogger(__name__)
+
+MAX_REQUEST_BODY_BYTES = 4 * 1024 * 1024
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_or_create_token(token_file: Path, environ: Mapping[str, str] | None = None) -> str:
+    """`OMEGA_TOKEN`, else the token stored in `token_file`, else a new one written there (0600).
+
+    Raises:
+        ConfigError: the token file exists but cannot be read, or cannot be created.
+    """
+    env = os.environ if environ is None else environ
+    given = env.get("OMEGA_TOKEN")
+    if given:
+        return given
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+        if token:
+            return token
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"cannot read the hub token: {exc.strerror}", path=str(token_file)) from None
+    token = secrets.token_urlsafe(32)
+    try:
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(token + "\n")
+        os.chmod(token_file, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the hub token: {exc.strerror}", path=str(token_file)) from None
+    logger.warning("generated a hub token in %s (send it as 'Authorization: Bearer <token>')", token_file)
+    return token
+
+
+class BearerTokenMiddleware:
+    """Rejects HTTP requests without `Authorization: Bearer <token>` (constant-time compare)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            supplied = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(supplied, self._expected):
+                response = JSONResponse(
+                    {"error": "unauthorized", "error_description": "missing or wrong bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="omega-mcp"'},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _security(host: str, port: int) -> TransportSecuritySettings:
+    hosts = [f"{name}:{port}" for name in _LOOPBACK_NAMES] + [f"{name}:*" for name in _LOOPBACK_NAMES]
+    origins = [f"http://{name}:*" for name in _LOOPBACK_NAMES] + [f"https://{name}:*" for name in _LOOPBACK_NAMES]
+    wildcard = host in ("0.0.0.0", "::", "")  # noqa: S104 - detecting a wildcard bind, not binding
+    if not wildcard and not is_loopback(host):
+        bracketed = f"[{host}]" if ":" in host else host
+        hosts += [f"{bracketed}:{port}", bracketed]
+        origins += [f"http://{bracketed}:{port}", f"https://{bracketed}:{port}"]
+    # A wildcard bind can be reached under any of the machine's names: Host cannot be pinned, so
+    # the bearer token (always required off loopback) is what stops a rebinding page.
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=not wildcard, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+def build_http_app(server: OmegaServer, *, host: str, port: int, token: str | None) -> Starlette:
+    """The ASGI app serving `/mcp`; with `token`, every request must carry it."""
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        host=host,
+        transport_security=_security(host, port),
+        max_request_body_size=MAX_REQUEST_BODY_BYTES,
+    )
+    if token is not None:
+        app.add_middleware(BearerTokenMiddleware, token=token)
+    return app
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: omega's CLI owns SIGINT/SIGTERM and cancels us.
+
+    (uvicorn re-raises a captured SIGTERM after shutdown, which would kill the process before the
+    Toolbox could stop downstream servers and background shells.)
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+async def serve_http(server: OmegaServer, *, host: str, port: int, token_file: Path) -> None:
+    """Serve until cancelled, then shut down gracefully (bounded).
+
+    Raises:
+        ConfigError: the token cannot be loaded or created, or the port cannot be bound.
+    """
+    token: str | None = None
+    if not is_loopback(host) or os.environ.get("OMEGA_TOKEN"):
+        token = load_or_create_token(token_file)
+    app = build_http_app(server, host=host, port=port, token=token)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, access_log=False
+    )
+    http = _Uvicorn(config)
+    logger.info(
+        "serving streamable HTTP at http://%s:%d/mcp (%s)",
+        f"[{host}]" if ":" in host else host,
+        port,
+        "bearer token required" if token else "loopback only, no token",
+    )
+    try:
+        await http.serve()
+    except SystemExit:
+        # uvicorn exits the process when it cannot bind; make that a clean usage error instead.
+        raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port") from None
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(config.timeout_graceful_shutdown or 5):
+            http.should_exit = True
+            await http.shutdown()
+        raise
+    if not http.started:
+        raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port")

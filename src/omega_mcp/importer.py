@@ -1,0 +1,203 @@
+"""`omega-mcp import`: turn a Claude Code / Claude Desktop `mcpServers` JSON into `[servers.*]` entries.
+
+Reads `.mcp.json`, `~/.claude.json` (top-level and per-project `mcpServers`) or
+`claude_desktop_config.json`, and edits servers.toml with tomlkit so comments, formatting and
+existing entries survive. Keys that are not valid server keys are renamed (and reported);
+names already present are kept unless `overwrite`. The new file is validated with the normal
+config loader before it replaces the old one atomically, so a failed import changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+from tomlkit.items import InlineTable, Table
+
+from omega_mcp.config import load_config
+from omega_mcp.errors import ConfigError
+
+__all__ = ["ImportReport", "import_servers", "read_mcp_servers"]
+
+_INVALID_KEY = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass
+class ImportReport:
+    added: list[str] = field(default_factory=list[str])
+    replaced: list[str] = field(default_factory=list[str])
+    skipped: list[str] = field(default_factory=list[str])
+    renamed: dict[str, str] = field(default_factory=dict[str, str])
+    unsupported: dict[str, str] = field(default_factory=dict[str, str])
+
+
+def _server_key(name: str) -> str:
+    key = _INVALID_KEY.sub("-", name)
+    while "__" in key:
+        key = key.replace("__", "_")
+    return key or "server"
+
+
+def read_mcp_servers(source: Path) -> dict[str, dict[str, Any]]:
+    """The `mcpServers` object of a Claude Code / Desktop JSON file (project entries merged in).
+
+    Raises:
+        ConfigError: unreadable file, invalid JSON, or no `mcpServers` in it.
+    """
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=str(source)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not valid JSON: {exc}", path=str(source)) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a JSON object with `mcpServers`", path=str(source))
+    root = cast(dict[str, Any], data)
+    found: dict[str, dict[str, Any]] = {}
+    sections: list[Any] = [root.get("mcpServers")]
+    projects = root.get("projects")
+    if isinstance(projects, dict):
+        for project in cast(dict[str, object], projects).values():
+            if isinstance(project, dict):
+                sections.append(cast(dict[str, object], project).get("mcpServers"))
+    for section in sections:
+        if isinstance(section, dict):
+            for name, entry in cast(dict[str, Any], section).items():
+                if isinstance(entry, dict):
+                    found.setdefault(name, cast(dict[str, Any], entry))
+    if not found:
+        raise ConfigError("no `mcpServers` entries found", path=str(source), key="mcpServers")
+    return found
+
+
+def _str_dict(value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in cast(dict[object, object], value).items()}
+
+
+def _inline(values: dict[str, str]) -> InlineTable:
+    inline = tomlkit.inline_table()
+    for key, value in values.items():
+        inline[key] = value
+    return inline
+
+
+def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
+    """A `[servers.X]` table for one JSON entry, or why it cannot be imported."""
+    table = tomlkit.table()
+    kind = entry.get("type", "stdio" if "command" in entry else "http")
+    if kind == "stdio":
+        command = entry.get("command")
+        if not isinstance(command, str) or not command:
+            return None, "stdio entry without a `command`"
+        table.add("command", command)
+        args: object = entry.get("args") or []
+        if not isinstance(args, list):
+            return None, "`args` is not a list"
+        if args:
+            table.add("args", [str(a) for a in cast(list[object], args)])
+        if env := _str_dict(entry.get("env")):
+            table.add("env", _inline(env))
+        if isinstance(entry.get("cwd"), str):
+            table.add("cwd", entry["cwd"])
+    elif kind in ("http", "sse", "streamable-http", "streamableHttp"):
+        url = entry.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            return None, f"{kind} entry without an http(s) `url`"
+        table.add("url", url)
+        if headers := _str_dict(entry.get("headers")):
+            table.add("headers", _inline(headers))
+    else:
+        return None, f"transport type {kind!r} is not supported"
+    if entry.get("disabled") is True:
+        table.add("enabled", False)
+    return table, None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def import_servers(source: Path, target: Path, *, overwrite: bool = False, dry_run: bool = False) -> ImportReport:
+    """Merge the servers of `source` into the servers.toml at `target` (created if missing).
+
+    Raises:
+        ConfigError: the source cannot be read, the target cannot be parsed, or the result is invalid.
+    """
+    servers = read_mcp_servers(source)
+    try:
+        document = tomlkit.parse(target.read_text(encoding="utf-8")) if target.exists() else tomlkit.document()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", path=str(target)) from None
+    except ParseError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", path=str(target)) from None
+    section: object = cast(dict[str, object], document).get("servers")
+    if section is None:
+        section = tomlkit.table(is_super_table=True)
+        document.add("servers", section)
+    elif not isinstance(section, Table):
+        raise ConfigError("`servers` must be a table", path=str(target), key="servers")
+    report = ImportReport()
+    for name, entry in servers.items():
+        key = _server_key(name)
+        if key != name:
+            report.renamed[name] = key
+        table, problem = _entry_table(entry)
+        if table is None:
+            report.unsupported[name] = problem or "unsupported"
+            continue
+        if key in section:
+            if not overwrite:
+                report.skipped.append(key)
+                continue
+            del section[key]
+            report.replaced.append(key)
+        else:
+            report.added.append(key)
+        section.add(key, table)
+    text = tomlkit.dumps(document)
+    # Validate exactly what would be written (variables stay unexpanded: check syntax and keys only).
+    with tempfile.TemporaryDirectory() as scratch:
+        candidate = Path(scratch) / "servers.toml"
+        candidate.write_text(text, encoding="utf-8")
+        try:
+            load_config(candidate, environ=_AnyVar())
+        except ConfigError as exc:
+            raise ConfigError(f"the imported result would be invalid: {exc}", path=str(target)) from None
+    if not dry_run:
+        _write_atomically(target, text)
+    return report
+
+
+class _AnyVar(Mapping[str, str]):
+    """An environment in which every `${VAR}` is set, so validation does not depend on the caller's env."""
+
+    def __getitem__(self, key: str) -> str:
+        return "x"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0

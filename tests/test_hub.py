@@ -1,0 +1,177 @@
+"""`omega-mcp serve --http` as a real subprocess on a free loopback port, driven by the SDK Client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import mcp
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+
+from omega_mcp.hub import is_loopback, load_or_create_token
+
+_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+_SERVE = [sys.executable, "-m", "omega_mcp", "serve", "--http", "--mode", "rwx"]
+_PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    proc_env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home"), **(env or {})}
+    proc_env.pop("OMEGA_CONFIG", None)
+    with (tmp_path / f"hub-{port}.log").open("wb") as log:  # the child keeps its own copy of the fd
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "omega_mcp",
+                "serve",
+                "--http",
+                "--port",
+                str(port),
+                "--mode",
+                "rwx",
+                "--workspace",
+                str(ws),
+                *extra,
+            ],
+            env=proc_env,
+            cwd=tmp_path,
+            stderr=log,
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"hub exited early: {(tmp_path / f'hub-{port}.log').read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("hub did not start listening within 30 s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[int]:
+    proc, port = _start(tmp_path)
+    yield port
+    _stop(proc)
+
+
+async def test_two_clients_at_once_have_independent_sessions(hub: int):
+    url = f"http://127.0.0.1:{hub}/mcp"
+    async with mcp.Client(url, mode="legacy") as first, mcp.Client(url, mode="legacy") as second:
+        results: dict[str, str] = {}
+
+        async def use(name: str, client: mcp.Client) -> None:
+            result = await client.call_tool("bash", {"command": f"echo {name}"})
+            results[name] = result.content[0].text.strip()  # type: ignore[union-attr]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(use, "one", first)
+            tg.start_soon(use, "two", second)
+    assert results == {"one": "one", "two": "two"}
+
+
+async def test_stateless_2026_requests_are_answered(hub: int):
+    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        tools = (await client.list_tools()).tools
+        assert [t.name for t in tools][:4] == ["bash", "read", "write", "edit"]
+
+
+def test_a_foreign_host_or_origin_is_refused(hub: int):
+    url = f"http://127.0.0.1:{hub}/mcp"
+    bad_host = httpx2.post(url, json=_PING, headers={**_HEADERS, "Host": f"evil.example:{hub}"})
+    assert bad_host.status_code == 421
+    bad_origin = httpx2.post(url, json=_PING, headers={**_HEADERS, "Origin": "http://evil.example"})
+    assert bad_origin.status_code == 403
+
+
+def test_oversized_bodies_are_refused(hub: int):
+    body = json.dumps({**_PING, "params": {"pad": "x" * (5 * 1024 * 1024)}})
+    response = httpx2.post(f"http://127.0.0.1:{hub}/mcp", content=body, headers=_HEADERS)
+    assert response.status_code == 413
+
+
+async def test_a_token_is_required_when_bound_to_a_non_loopback_address(tmp_path: Path):
+    proc, port = _start(tmp_path, "--host", "0.0.0.0")
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert httpx2.post(url, json=_PING, headers=_HEADERS).status_code == 401
+        wrong = httpx2.post(url, json=_PING, headers={**_HEADERS, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        token_file = tmp_path / "home" / "token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+            mcp.Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+        ):
+            result = await client.call_tool("bash", {"command": "echo authorized"})
+            assert result.content[0].text.strip() == "authorized"  # type: ignore[union-attr]
+            leak = await client.call_tool("read", {"file_path": str(token_file)})
+            assert leak.is_error and token not in leak.content[0].text  # type: ignore[union-attr]
+            overwrite = await client.call_tool("write", {"file_path": str(token_file), "content": "mine"})
+            assert overwrite.is_error and "denied" in overwrite.content[0].text  # type: ignore[union-attr]
+        assert token_file.read_text().strip() == token
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_omega_token_from_the_environment_is_used(tmp_path: Path):
+    proc, port = _start(tmp_path, "--host", "0.0.0.0", env={"OMEGA_TOKEN": "s3cret-token"})
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        ok = httpx2.post(url, json=_PING, headers={**_HEADERS, "Authorization": "Bearer s3cret-token"})
+        assert ok.status_code != 401
+        assert not (tmp_path / "home" / "token").exists()
+    finally:
+        _stop(proc)
+
+
+def test_sigterm_shuts_the_hub_down_gracefully(tmp_path: Path):
+    proc, _ = _start(tmp_path)
+    assert _stop(proc) == 0
+
+
+def test_loopback_detection():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and is_loopback("127.8.0.1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("example.com")
+
+
+def test_a_generated_token_is_reused_and_private(tmp_path: Path):
+    token_file = tmp_path / "home" / "token"
+    first = load_or_create_token(token_file, environ={})
+    assert len(first) >= 32
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_token(token_file, environ={}) == first
+    assert load_or_create_token(token_file, environ={"OMEGA_TOKEN": "given"}) == "given"

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omega_mcp.config import load_config
+from omega_mcp.errors import ConfigError
+from omega_mcp.importer import import_servers
+
+CLAUDE_CODE = {
+    "mcpServers": {
+        "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
+        "docs.remote": {"type": "http", "url": "https://docs.invalid/mcp", "headers": {"Authorization": "Bearer ${T}"}},
+        "a__b": {"command": "x"},
+        "socket": {"type": "ws", "url": "ws://nowhere"},
+    }
+}
+
+
+def _source(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / ".mcp.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_import_adds_entries_and_keeps_comments_and_existing_servers(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text('# my hub\n[sandbox]\nmode = "rx"  # network on\n\n[servers.time]\ncommand = "python3"\n')
+    report = import_servers(_source(tmp_path, CLAUDE_CODE), target)
+    text = target.read_text()
+    assert "# my hub" in text and "# network on" in text
+    assert report.skipped == ["time"]
+    assert report.added == ["docs-remote", "a_b"]
+    assert report.renamed == {"docs.remote": "docs-remote", "a__b": "a_b"}
+    assert "socket" in report.unsupported
+    config = load_config(target, environ={"T": "tok"})
+    assert config.servers["time"].command == "python3"
+    assert config.servers["docs-remote"].headers == {"Authorization": "Bearer tok"}
+    assert config.sandbox.mode == "rx"
+
+
+def test_overwrite_replaces_an_existing_server(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text('[servers.time]\ncommand = "python3"\n')
+    report = import_servers(_source(tmp_path, CLAUDE_CODE), target, overwrite=True)
+    assert report.replaced == ["time"]
+    config = load_config(target, environ={"T": "x"})
+    assert config.servers["time"].command == "uvx"
+    assert config.servers["time"].args == ("mcp-server-time",)
+
+
+def test_dry_run_writes_nothing(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    report = import_servers(_source(tmp_path, CLAUDE_CODE), target, dry_run=True)
+    assert report.added and not target.exists()
+
+
+def test_claude_desktop_and_project_sections_are_read(tmp_path: Path):
+    data = {"projects": {"/p": {"mcpServers": {"proj": {"command": "p"}}}}, "mcpServers": {"top": {"command": "t"}}}
+    target = tmp_path / "servers.toml"
+    report = import_servers(_source(tmp_path, data), target)
+    assert report.added == ["top", "proj"]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"other": 1}'])
+def test_bad_sources_are_clear_errors_and_change_nothing(tmp_path: Path, content: str):
+    source = tmp_path / "bad.json"
+    source.write_text(content)
+    target = tmp_path / "servers.toml"
+    target.write_text("# untouched\n")
+    with pytest.raises(ConfigError):
+        import_servers(source, target)
+    assert target.read_text() == "# untouched\n"
+
+
+def test_an_invalid_target_is_not_overwritten(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text("[servers.x\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        import_servers(_source(tmp_path, CLAUDE_CODE), target)
+    assert target.read_text() == "[servers.x\n"
+
+
+def test_import_command_line(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text("")
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "import", str(_source(tmp_path, CLAUDE_CODE)), "--config", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "added [servers.time]" in proc.stdout and "skipped 'socket'" in proc.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "import", str(tmp_path / "nope.json"), "--config", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
