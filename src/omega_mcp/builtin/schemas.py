@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import mcp.types as types
+from mcp import types
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [

@@ -1,0 +1,31 @@
+"""Narrowing helpers for decoded JSON: provider payloads are untrusted `object`s.
+
+Each helper returns a typed value or a neutral default instead of raising, so a missing or
+mistyped field in a provider's answer degrades to "absent" rather than a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+__all__ = ["as_int", "as_list", "as_object", "as_str"]
+
+
+def as_object(value: object) -> dict[str, Any]:
+    """`value` if it is a JSON object, else `{}` (json.loads objects always have string keys)."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list[Any]:
+    """`value` if it is a JSON array, else `[]`."""
+    return cast(list[Any], value) if isinstance(value, list) else []
+
+
+def as_int(value: object) -> int:
+    """`value` if it is an integer (not a bool), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def as_str(value: object) -> str | None:
+    """`value` if it is a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None

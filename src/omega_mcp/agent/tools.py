@@ -1,0 +1,92 @@
+"""The agent's view of the tool namespace: wire-safe names, allow globs, and results as model input.
+
+Every provider accepts `^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`, so one mapping serves all of them: a name
+that already fits is kept (the Toolbox's `mcp__<server>__<tool>` names normally do); anything else
+is normalized and shortened with the namespace codec's hash suffix, and the reverse map routes a
+call back. Nothing is ever recovered by splitting a name. `CallToolResult`s become neutral result
+parts: text blocks joined, images kept as images, other blocks described in one line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Sequence
+
+from mcp import types
+
+from omega_mcp.agent.messages import ImagePart, ResultPart, TextPart, ToolSpec, decoded_size
+from omega_mcp.names import fit_name, normalize
+
+__all__ = ["ToolCatalog", "result_parts"]
+
+_WIRE_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$")
+
+
+class ToolCatalog:
+    """The tools offered to the model, with the wire-name → tool-name reverse map."""
+
+    def __init__(self, tools: Iterable[types.Tool], allowed: Sequence[str] | None = None) -> None:
+        self.specs: tuple[ToolSpec, ...]
+        self._to_tool: dict[str, str] = {}
+        specs: list[ToolSpec] = []
+        for tool in tools:
+            if allowed is not None and not any(fnmatch.fnmatchcase(tool.name, glob) for glob in allowed):
+                continue
+            if tool.name in self._to_tool.values():
+                continue
+            wire = self._wire_name(tool.name)
+            self._to_tool[wire] = tool.name
+            description = tool.description or tool.title or tool.name
+            specs.append(ToolSpec(wire, description, tool.input_schema))
+        self.specs = tuple(specs)
+
+    def _wire_name(self, name: str) -> str:
+        if _WIRE_NAME.match(name) and name not in self._to_tool:
+            return name
+        candidate = normalize(name) or "tool"
+        if not re.match(r"[a-zA-Z_]", candidate):
+            candidate = "_" + candidate
+        candidate = fit_name(candidate)
+        if candidate in self._to_tool:
+            candidate = fit_name(candidate, key=name)
+        return candidate
+
+    def tool_name(self, wire_name: str) -> str | None:
+        """The ToolHost name behind a wire name, or None for a name this catalog never offered."""
+        return self._to_tool.get(wire_name)
+
+    def unknown_message(self, wire_name: str) -> str:
+        """An error text for a call to a name the model was not offered."""
+        if not self._to_tool:
+            return f"Unknown tool: {wire_name!r}. No tools are available in this conversation; answer in text."
+        close = difflib.get_close_matches(wire_name, list(self._to_tool), n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else f" Available tools: {', '.join(self._to_tool)}."
+        return f"Unknown tool: {wire_name!r}.{hint}"
+
+
+def result_parts(result: types.CallToolResult) -> tuple[ResultPart, ...]:
+    """A tool result as model input; `structuredContent` is used only when there is no content."""
+    parts: list[ResultPart] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(TextPart(block.text))
+        elif isinstance(block, types.ImageContent):
+            parts.append(ImagePart(block.mime_type, block.data))
+        elif isinstance(block, types.AudioContent):
+            parts.append(TextPart(f"[audio: {block.mime_type}, {decoded_size(block.data)} bytes]"))
+        elif isinstance(block, types.ResourceLink):
+            label = f" ({block.name})" if block.name else ""
+            parts.append(TextPart(f"[resource link: {block.uri}{label}]"))
+        elif isinstance(block, types.EmbeddedResource):  # pyright: ignore[reportUnnecessaryIsInstance]
+            resource = block.resource
+            if isinstance(resource, types.TextResourceContents):
+                parts.append(TextPart(f"[resource {resource.uri}]\n{resource.text}"))
+            else:
+                kind = resource.mime_type or "binary"
+                parts.append(TextPart(f"[resource {resource.uri}: {kind}, {decoded_size(resource.blob)} bytes]"))
+    if not parts and result.structured_content is not None:
+        parts.append(TextPart(json.dumps(result.structured_content, ensure_ascii=False, default=str)))
+    return tuple(parts)

@@ -1,0 +1,132 @@
+"""LLM providers: the `Provider` protocol, per-provider presets and a factory.
+
+Providers know nothing about MCP: each adapter maps the neutral messages of
+`omega_mcp.agent.messages` to one wire format and back. The presets hold what the CLI needs to
+build one (default base URL, the environment variables for key and base URL, a default model);
+adapters are imported lazily so `import omega_mcp.providers` stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, get_args
+
+import httpx2
+
+from omega_mcp.agent.messages import Message, ModelResponse, ToolSpec
+from omega_mcp.providers._http import RetryPolicy
+
+__all__ = ["PRESETS", "PROVIDER_NAMES", "Provider", "ProviderName", "ProviderPreset", "RetryPolicy", "create_provider"]
+
+ProviderName = Literal["openai", "anthropic", "ollama", "openrouter", "gemini"]
+PROVIDER_NAMES: tuple[str, ...] = get_args(ProviderName)
+
+
+class Provider(Protocol):
+    """One LLM endpoint: turn a conversation plus tool specs into the next assistant turn."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def request(
+        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        """The next assistant turn. An empty `tools` means no tools are offered at all.
+
+        Raises:
+            ProviderAuthError: authentication, permission or quota failure.
+            ProviderHTTPError: any other failure, after retries.
+        """
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderPreset:
+    """Defaults for one provider (SPEC.md "Agent loop")."""
+
+    name: ProviderName
+    default_base_url: str
+    base_url_env: str
+    key_envs: tuple[str, ...]
+    key_required: bool
+    default_model: str
+
+
+PRESETS: dict[str, ProviderPreset] = {
+    "openai": ProviderPreset(
+        "openai", "https://api.openai.com/v1", "OPENAI_BASE_URL", ("OPENAI_API_KEY",), True, "gpt-5.4"
+    ),
+    "openrouter": ProviderPreset(
+        "openrouter",
+        "https://openrouter.ai/api/v1",
+        "OPENROUTER_BASE_URL",
+        ("OPENROUTER_API_KEY",),
+        True,
+        "anthropic/claude-sonnet-4.5",
+    ),
+    "anthropic": ProviderPreset(
+        "anthropic",
+        "https://api.anthropic.com",
+        "ANTHROPIC_BASE_URL",
+        ("ANTHROPIC_API_KEY",),
+        True,
+        "claude-sonnet-4-6",
+    ),
+    "ollama": ProviderPreset("ollama", "http://127.0.0.1:11434", "OLLAMA_HOST", ("OLLAMA_API_KEY",), False, "qwen3"),
+    "gemini": ProviderPreset(
+        "gemini",
+        "https://generativelanguage.googleapis.com",
+        "GEMINI_BASE_URL",
+        ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        True,
+        "gemini-2.5-flash",
+    ),
+}
+
+
+def create_provider(
+    name: str,
+    *,
+    api_key: str | None,
+    base_url: str | None = None,
+    client: httpx2.AsyncClient | None = None,
+    retry: RetryPolicy | None = None,
+    anthropic_version: str | None = None,
+    max_tokens: int | None = None,
+) -> Provider:
+    """An adapter for `name` (one of `PROVIDER_NAMES`); close it with `aclose()`.
+
+    Raises:
+        ValueError: unknown provider name.
+    """
+    preset = PRESETS.get(name)
+    if preset is None:
+        raise ValueError(f"unknown provider {name!r} (choose from {', '.join(PROVIDER_NAMES)})")
+    url = base_url or preset.default_base_url
+    if preset.name in ("openai", "openrouter"):
+        from omega_mcp.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(
+            api_key=api_key, base_url=url, flavor=preset.name, max_tokens=max_tokens, client=client, retry=retry
+        )
+    if preset.name == "anthropic":
+        from omega_mcp.providers.anthropic import DEFAULT_ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS, AnthropicProvider
+
+        return AnthropicProvider(
+            api_key=api_key,
+            base_url=url,
+            anthropic_version=anthropic_version or DEFAULT_ANTHROPIC_VERSION,
+            max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+            client=client,
+            retry=retry,
+        )
+    if preset.name == "ollama":
+        from omega_mcp.providers.ollama import OllamaProvider
+
+        return OllamaProvider(api_key=api_key, base_url=url, max_tokens=max_tokens, client=client, retry=retry)
+    from omega_mcp.providers.gemini import GeminiProvider
+
+    return GeminiProvider(api_key=api_key, base_url=url, max_tokens=max_tokens, client=client, retry=retry)

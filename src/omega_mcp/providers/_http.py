@@ -1,0 +1,248 @@
+"""JSON-over-HTTP for provider adapters: timeouts, retries with backoff, and error mapping.
+
+One POST helper shared by every adapter. Transient failures (transport errors, 408, 409, 429,
+5xx, Anthropic's 529, and errors a gateway reports inside a 200) are retried with exponential
+backoff and jitter, honoring `retry-after-ms`, `retry-after` and Gemini's `RetryInfo.retryDelay`;
+authentication, quota and validation errors never are. Every failure is a `ProviderError` whose
+message carries the provider's own error text. The caller may pass its own `httpx2.AsyncClient`
+(tests use `httpx2.MockTransport`); otherwise one is created and closed by `aclose()`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+import anyio
+import httpx2
+
+from omega_mcp.agent._json import as_object
+from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError
+
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy", "error_text"]
+
+DEFAULT_TIMEOUT_SECONDS = 600.0
+"""Upper bound for one request, all reads included; a long reasoning answer can take minutes."""
+
+_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+_AUTH_STATUSES = frozenset({401, 402, 403})
+# Markers of a spent budget rather than a rate limit: waiting does not help.
+_QUOTA_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached", "billing_error", "billing_hard_limit")
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)s\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to retry transient failures (tests pass zero backoff)."""
+
+    max_retries: int = 3
+    initial_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 8.0
+    max_retry_after_seconds: float = 120.0
+    jitter: float = 0.25
+
+    def backoff(self, attempt: int) -> float:
+        base = min(self.initial_backoff_seconds * 2**attempt, self.max_backoff_seconds)
+        return base * (1 + self.jitter * random.random())  # noqa: S311  (jitter, not crypto)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    error: ProviderError
+    retryable: bool
+    delay_seconds: float | None = None
+
+
+class HttpJson:
+    """POST JSON, get JSON back, with the retry policy above."""
+
+    def __init__(
+        self,
+        provider_name: str,
+        *,
+        client: httpx2.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.provider_name = provider_name
+        self.retry = retry or RetryPolicy()
+        self.timeout_seconds = timeout_seconds
+        self._sleep = sleep
+        self._owns_client = client is None
+        self._client = client or httpx2.AsyncClient(
+            timeout=httpx2.Timeout(timeout_seconds, connect=30.0), trust_env=True
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            with anyio.move_on_after(5, shield=True):
+                await self._client.aclose()
+
+    async def post(self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+        """POST `body` to `url`; the decoded JSON object of a successful answer.
+
+        Raises:
+            ProviderAuthError: authentication, permission or quota failure (never retried).
+            ProviderHTTPError: any other failure, after the retries it deserves.
+        """
+        attempt = 0
+        while True:
+            failure: _Failure
+            try:
+                with anyio.fail_after(self.timeout_seconds):
+                    response = await self._client.post(url, json=body, headers=dict(headers))
+            except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
+                raise self._error(f"invalid URL {url!r}: {exc}") from None
+            except TimeoutError:
+                failure = _Failure(self._error(f"no answer from {url} within {self.timeout_seconds:g} s"), True)
+            except httpx2.HTTPError as exc:
+                failure = _Failure(self._error(f"request to {url} failed: {_describe_exception(exc)}"), True)
+            else:
+                data, failure_or_none = self._check(response)
+                if failure_or_none is None:
+                    return data
+                failure = failure_or_none
+            if not failure.retryable or attempt >= self.retry.max_retries:
+                raise failure.error
+            delay = failure.delay_seconds if failure.delay_seconds is not None else self.retry.backoff(attempt)
+            if delay > self.retry.max_retry_after_seconds:
+                raise ProviderHTTPError(
+                    f"{failure.error} (the provider asked to retry after {delay:g} s; giving up)",
+                    status_code=failure.error.status_code,
+                )
+            await self._sleep(max(delay, 0.0))
+            attempt += 1
+
+    def _error(self, message: str, status: int | None = None, *, auth: bool = False) -> ProviderError:
+        cls = ProviderAuthError if auth else ProviderHTTPError
+        prefix = f"{self.provider_name} API error" + (f" (HTTP {status})" if status is not None else "")
+        return cls(f"{prefix}: {message}", status_code=status)
+
+    def _check(self, response: httpx2.Response) -> tuple[dict[str, Any], _Failure | None]:
+        status = response.status_code
+        body: object
+        try:
+            body = json.loads(response.content) if response.content else None
+        except ValueError:
+            body = None
+        if 200 <= status < 300:
+            data = as_object(body)
+            if not isinstance(body, dict):
+                snippet = response.text[:300]
+                return {}, _Failure(self._error(f"expected a JSON object, got: {snippet!r}", status), False)
+            if data.get("error"):
+                # Errors inside a 200 (OpenRouter, Ollama): classify by the embedded code when there is one.
+                code = _embedded_code(data["error"])
+                return data, self._failure(code or status, error_text(data, response.text), response, data)
+            return data, None
+        return {}, self._failure(status, error_text(body, response.text), response, body)
+
+    def _failure(self, status: int, message: str, response: httpx2.Response, body: object) -> _Failure:
+        lowered = message.lower() + json.dumps(body, default=str).lower()
+        if status in _AUTH_STATUSES or any(marker in lowered for marker in _QUOTA_MARKERS):
+            return _Failure(self._error(message, status, auth=True), False)
+        retryable = status in _RETRY_STATUSES or status >= 500
+        should_retry = response.headers.get("x-should-retry", "").lower()
+        if should_retry in ("true", "false"):
+            retryable = should_retry == "true"
+        delay = _retry_after(response.headers) if retryable else None
+        if retryable and delay is None:
+            delay = _body_retry_delay(body)
+        return _Failure(self._error(message, status), retryable, delay)
+
+
+def error_text(body: object, fallback: str = "") -> str:
+    """The human message inside any provider's error body, with its type or code when present."""
+    if isinstance(body, dict):
+        error: object = body.get("error", body)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if isinstance(error, str):
+            return error
+        if isinstance(error, dict):
+            message = error.get("message")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            kind = error.get("type") or error.get("status") or error.get("code")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            if isinstance(message, str) and message:
+                return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+    text = fallback.strip()
+    return text[:500] if text else "(no error message in the response)"
+
+
+def _embedded_code(error: object) -> int | None:
+    if isinstance(error, dict):
+        code = error.get("code")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if isinstance(code, int) and 400 <= code <= 599:
+            return code
+    return None
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            return float(raw_ms) / 1000.0
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _body_retry_delay(body: object) -> float | None:
+    """Gemini: `error.details[] {"@type": "...RetryInfo", "retryDelay": "51.8s"}`."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    details = error.get("details") if isinstance(error, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    if not isinstance(details, list):
+        return None
+    for detail in details:  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(detail, dict):
+            match = _DURATION.match(str(detail.get("retryDelay", "")))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            if match:
+                return float(match.group(1))
+    return None
+
+
+def _describe_exception(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class HttpProvider:
+    """Shared skeleton of the HTTP adapters: an `HttpJson`, `aclose()` and `async with` support."""
+
+    name: str = "provider"
+
+    def __init__(
+        self,
+        *,
+        client: httpx2.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self._http = HttpJson(self.name, client=client, retry=retry, timeout_seconds=timeout_seconds, sleep=sleep)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

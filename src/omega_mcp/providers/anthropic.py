@@ -1,0 +1,227 @@
+"""Anthropic Messages adapter (`POST {base}/v1/messages`).
+
+`max_tokens` is always sent and `anthropic-version` is configurable (sampling parameters are never
+sent: API version 2026-10-21 rejects them). The assistant `content` array is echoed unchanged, so
+`thinking` / `redacted_thinking` blocks keep their signatures and order. All results of a turn go
+back in one user message of `tool_result` blocks, with `is_error` and MCP images as image blocks.
+A response cut off by `max_tokens` in the middle of a tool call is an error, never executed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, assert_never
+
+import anyio
+import httpx2
+
+from omega_mcp.agent._json import as_int, as_list, as_object, as_str
+from omega_mcp.agent.messages import (
+    AssistantMessage,
+    AssistantPart,
+    ImagePart,
+    Message,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResult,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+    parse_arguments,
+)
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy
+from omega_mcp.providers._schema import clean_schema
+
+__all__ = ["DEFAULT_ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "build_request", "parse_response"]
+
+DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 8192
+_UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class AnthropicProvider(HttpProvider):
+    """`x-api-key` auth plus the `anthropic-version` header."""
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str = "https://api.anthropic.com",
+        anthropic_version: str = DEFAULT_ANTHROPIC_VERSION,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        extra_headers: Mapping[str, str] | None = None,
+        client: httpx2.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        super().__init__(client=client, retry=retry, timeout_seconds=timeout_seconds, sleep=sleep)
+        self.url = base_url.rstrip("/") + "/v1/messages"
+        self.max_tokens = max_tokens
+        self.headers: dict[str, str] = {"anthropic-version": anthropic_version}
+        if api_key:
+            self.headers["x-api-key"] = api_key
+        self.headers.update(extra_headers or {})
+        self._tools_for: Sequence[ToolSpec] | None = None
+        self._tools_wire: list[dict[str, Any]] = []
+
+    async def request(
+        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        if tools is not self._tools_for:  # byte-stable tools keep thinking blocks and caches valid
+            self._tools_for, self._tools_wire = tools, wire_tools(tools)
+        body = build_request(
+            model=model, system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens
+        )
+        data = await self._http.post(self.url, body, self.headers)
+        return parse_response(data, max_tokens=self.max_tokens)
+
+
+def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": clean_schema(tool.input_schema, "anthropic"),
+        }
+        for tool in tools
+    ]
+
+
+def build_request(
+    *,
+    model: str,
+    system: str | None,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]],
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> dict[str, Any]:
+    """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty)."""
+    wire: list[dict[str, Any]] = []
+    pending_ids: list[str] = []
+    for index, message in enumerate(messages):
+        match message:
+            case UserMessage():
+                wire.append({"role": "user", "content": message.text})
+            case AssistantMessage():
+                pending_ids = [_safe_id(call.id, index, i) for i, call in enumerate(message.tool_calls)]
+                wire.append({"role": "assistant", "content": _assistant_content(message, pending_ids)})
+            case ToolResultsMessage():
+                blocks = [
+                    _tool_result(result, pending_ids[i] if i < len(pending_ids) else _safe_id(result.call_id, index, i))
+                    for i, result in enumerate(message.results)
+                ]
+                wire.append({"role": "user", "content": blocks})
+            case _:
+                assert_never(message)
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
+    if system:
+        body["system"] = system
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+def _safe_id(call_id: str | None, message_index: int, call_index: int) -> str:
+    if call_id:
+        safe = _UNSAFE_ID.sub("_", call_id)
+        if safe:
+            return safe
+    return f"toolu_{message_index}_{call_index}"
+
+
+def _assistant_content(message: AssistantMessage, ids: list[str]) -> list[dict[str, Any]]:
+    raw = message.raw_for("anthropic")
+    if raw is not None and isinstance(raw.get("content"), list):
+        return list(raw["content"])
+    blocks: list[dict[str, Any]] = []
+    calls = 0
+    for part in message.parts:
+        match part:
+            case TextPart():
+                if part.text:  # the API rejects empty text blocks
+                    blocks.append({"type": "text", "text": part.text})
+            case ThinkingPart():
+                # Foreign reasoning has no Anthropic signature and would be rejected: drop it.
+                continue
+            case ToolCallPart():
+                blocks.append({"type": "tool_use", "id": ids[calls], "name": part.name, "input": part.arguments or {}})
+                calls += 1
+            case _:
+                assert_never(part)
+    return blocks or [{"type": "text", "text": "(no text)"}]
+
+
+def _tool_result(result: ToolResult, tool_use_id: str) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
+    if any(isinstance(part, ImagePart) for part in result.content):
+        content: list[dict[str, Any]] = []
+        for part in result.content:
+            match part:
+                case TextPart():
+                    if part.text:
+                        content.append({"type": "text", "text": part.text})
+                case ImagePart():
+                    source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
+                    content.append({"type": "image", "source": source})
+                case _:
+                    assert_never(part)
+        block["content"] = content
+    else:
+        block["content"] = result.text()
+    if result.is_error:
+        block["is_error"] = True
+    return block
+
+
+def parse_response(data: Mapping[str, Any], *, max_tokens: int | None = None) -> ModelResponse:
+    """Map a Message object to neutral parts.
+
+    Raises:
+        ProviderHTTPError: the answer was cut off by `max_tokens` inside a tool call.
+    """
+    blocks = as_list(data.get("content"))
+    parts: list[AssistantPart] = []
+    for item in blocks:
+        block = as_object(item)
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(TextPart(str(block.get("text", ""))))
+        elif kind == "thinking":
+            parts.append(ThinkingPart(str(block.get("thinking", "")), signature=as_str(block.get("signature"))))
+        elif kind == "redacted_thinking":
+            parts.append(ThinkingPart("", redacted_data=as_str(block.get("data"))))
+        elif kind == "tool_use":
+            arguments, problem = parse_arguments(block.get("input"))
+            parts.append(ToolCallPart(str(block.get("id", "")), str(block.get("name", "")), arguments, problem))
+        # Other block types (server tools, ...) stay in `raw` and are echoed untouched.
+    stop = as_str(data.get("stop_reason"))
+    if stop == "max_tokens" and any(isinstance(p, ToolCallPart) for p in parts):
+        limit = f" ({max_tokens})" if max_tokens else ""
+        raise ProviderHTTPError(
+            f"anthropic: the answer hit max_tokens{limit} in the middle of a tool call; "
+            "raise max_tokens in [agent] of servers.toml"
+        )
+    usage_raw = as_object(data.get("usage"))
+    cache_write = as_int(usage_raw.get("cache_creation_input_tokens"))
+    cache_read = as_int(usage_raw.get("cache_read_input_tokens"))
+    usage = Usage(
+        # Anthropic's input_tokens excludes cache traffic; report the full prompt like the others.
+        input_tokens=as_int(usage_raw.get("input_tokens")) + cache_write + cache_read,
+        output_tokens=as_int(usage_raw.get("output_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+    raw = {"role": "assistant", "content": blocks}
+    return ModelResponse(
+        message=AssistantMessage(tuple(parts), raw=raw, raw_format="anthropic"),
+        usage=usage,
+        finish_reason=stop,
+    )

@@ -1,0 +1,216 @@
+"""OpenAI Chat Completions adapter; also serves OpenRouter (same wire format, other base URL and key).
+
+Arguments arrive as a JSON *string* and may be invalid: they are parsed here and a failure is kept
+on the call so the loop can hand it back to the model. Tool calls are detected from
+`message.tool_calls`, never from `finish_reason`. The assistant message is echoed as received
+(with OpenRouter's `reasoning_details`); each result becomes one `role: "tool"` message, errors
+marked by an `Error:` prefix since the format has no flag. Sampling and parallel-call parameters
+are never sent (o-series models reject some of them); `max_completion_tokens` only when configured.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Literal, assert_never
+
+import anyio
+import httpx2
+
+from omega_mcp.agent._json import as_int, as_list, as_object, as_str
+from omega_mcp.agent.messages import (
+    AssistantMessage,
+    AssistantPart,
+    Message,
+    ModelResponse,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultsMessage,
+    ToolSpec,
+    Usage,
+    UserMessage,
+    parse_arguments,
+)
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy, error_text
+from omega_mcp.providers._schema import clean_schema
+
+__all__ = ["OpenAIProvider", "build_request", "parse_response"]
+
+Flavor = Literal["openai", "openrouter"]
+_ECHO_KEYS = ("content", "tool_calls", "reasoning_details")
+
+
+class OpenAIProvider(HttpProvider):
+    """`POST {base_url}/chat/completions` with a Bearer key."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str = "https://api.openai.com/v1",
+        flavor: Flavor = "openai",
+        max_tokens: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        client: httpx2.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
+        self.name = flavor
+        super().__init__(client=client, retry=retry, timeout_seconds=timeout_seconds, sleep=sleep)
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.flavor: Flavor = flavor
+        self.max_tokens = max_tokens
+        self.headers: dict[str, str] = {}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        if flavor == "openrouter":
+            self.headers["X-Title"] = "omega-mcp"  # OpenRouter's app attribution header
+        self.headers.update(extra_headers or {})
+        self._tools_for: Sequence[ToolSpec] | None = None
+        self._tools_wire: list[dict[str, Any]] = []
+
+    async def request(
+        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        if tools is not self._tools_for:  # same tools object each turn: keep the JSON byte-stable
+            self._tools_for, self._tools_wire = tools, wire_tools(tools)
+        body = build_request(
+            model=model,
+            system=system,
+            messages=messages,
+            tools=self._tools_wire,
+            max_tokens=self.max_tokens,
+            max_tokens_field="max_tokens" if self.flavor == "openrouter" else "max_completion_tokens",
+        )
+        data = await self._http.post(self.url, body, self.headers)
+        return parse_response(data, provider_name=self.name)
+
+
+def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": clean_schema(tool.input_schema, "openai"),
+            },
+        }
+        for tool in tools
+    ]
+
+
+def build_request(
+    *,
+    model: str,
+    system: str | None,
+    messages: Sequence[Message],
+    tools: list[dict[str, Any]],
+    max_tokens: int | None = None,
+    max_tokens_field: str = "max_completion_tokens",
+) -> dict[str, Any]:
+    """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty)."""
+    wire: list[dict[str, Any]] = []
+    if system:
+        wire.append({"role": "system", "content": system})
+    pending_ids: list[str] = []
+    for index, message in enumerate(messages):
+        match message:
+            case UserMessage():
+                wire.append({"role": "user", "content": message.text})
+            case AssistantMessage():
+                pending_ids = [call.id or f"call_{index}_{i}" for i, call in enumerate(message.tool_calls)]
+                wire.append(_assistant(message, pending_ids))
+            case ToolResultsMessage():
+                for i, result in enumerate(message.results):
+                    fallback = pending_ids[i] if i < len(pending_ids) else f"call_{index}_{i}"
+                    text = result.text()
+                    wire.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": result.call_id or fallback,
+                            "content": f"Error: {text}" if result.is_error else text,
+                        }
+                    )
+            case _:
+                assert_never(message)
+    body: dict[str, Any] = {"model": model, "messages": wire}
+    if tools:
+        body["tools"] = tools
+    if max_tokens is not None:
+        body[max_tokens_field] = max_tokens
+    return body
+
+
+def _assistant(message: AssistantMessage, ids: list[str]) -> dict[str, Any]:
+    raw = message.raw_for("openai")
+    if raw is not None:
+        echoed: dict[str, Any] = {"role": "assistant"}
+        echoed.update({key: raw[key] for key in _ECHO_KEYS if raw.get(key) is not None})
+        echoed.setdefault("content", None if raw.get("tool_calls") else "")
+        return echoed
+    calls = message.tool_calls
+    out: dict[str, Any] = {"role": "assistant", "content": message.text or (None if calls else "")}
+    if calls:
+        out["tool_calls"] = [
+            {"id": ids[i], "type": "function", "function": {"name": call.name, "arguments": _json(call.arguments)}}
+            for i, call in enumerate(calls)
+        ]
+    return out
+
+
+def parse_response(data: Mapping[str, Any], *, provider_name: str = "openai") -> ModelResponse:
+    """Map a chat.completion object to neutral parts.
+
+    Raises:
+        ProviderHTTPError: no choices, or a `finish_reason: "error"` choice (OpenRouter).
+    """
+    choices = as_list(data.get("choices"))
+    choice = as_object(choices[0]) if choices else {}
+    if not choice:
+        raise ProviderHTTPError(f"{provider_name} API error: the response has no choices: {str(data)[:300]}")
+    finish = as_str(choice.get("finish_reason"))
+    if finish == "error":
+        raise ProviderHTTPError(f"{provider_name} API error: {error_text(choice, 'generation failed')}")
+    message = as_object(copy.deepcopy(choice.get("message")))
+    parts: list[AssistantPart] = []
+    reasoning = as_str(message.get("reasoning")) or as_str(message.get("reasoning_content"))
+    if reasoning:
+        parts.append(ThinkingPart(reasoning))
+    content = message.get("content")
+    if isinstance(message.get("content"), list):  # some compatible servers answer with content parts
+        content = "".join(str(as_object(p).get("text", "")) for p in as_list(message.get("content")))
+    if isinstance(content, str) and content:
+        parts.append(TextPart(content))
+    for i, item in enumerate(as_list(message.get("tool_calls"))):
+        call = as_object(item)
+        if not call.get("id"):
+            call["id"] = f"call_{i}"  # ids are required on the way back; patch the echoed copy too
+        function = as_object(call.get("function"))
+        arguments, problem = parse_arguments(function.get("arguments"))
+        parts.append(ToolCallPart(str(call["id"]), str(function.get("name") or ""), arguments, problem))
+    return ModelResponse(
+        message=AssistantMessage(tuple(parts), raw=message, raw_format="openai"),
+        usage=_usage(as_object(data.get("usage"))),
+        finish_reason=finish,
+    )
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    details = as_object(raw.get("prompt_tokens_details"))
+    cost = raw.get("cost")
+    return Usage(
+        input_tokens=as_int(raw.get("prompt_tokens")),
+        output_tokens=as_int(raw.get("completion_tokens")),
+        cache_read_tokens=as_int(details.get("cached_tokens")),
+        cache_write_tokens=as_int(details.get("cache_write_tokens")),
+        cost=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
+    )
+
+
+def _json(arguments: dict[str, Any] | None) -> str:
+    return json.dumps(arguments or {}, ensure_ascii=False)
