@@ -1,0 +1,438 @@
+"""The bash exec trampoline: `exec.main([OPTIONS..., "--", PROGRAM, ARGS...])` in `python -I -S`.
+
+The server starts every bash command through this file (argv built by `launch.bash_launch`); it
+sets the process up and `execve`s PROGRAM, in this order: die with the server (PDEATHSIG), close
+stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
+tiny supervisor; its child is the namespace's PID 1 and runs PROGRAM as PID 2; killing the
+supervisor or PID 1 kills the whole tree, `setsid` children included), read-only binds over
+omega's own files, Landlock, exec. Stdlib only and no package import: it runs without `site`
+and every command pays its start-up time; `landlock.py` is imported from this directory. Any
+failure prints `omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports
+what this machine supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py`
+works too, only slower).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from omega_mcp.sandbox import landlock
+elif __package__:  # imported as part of the package (tests, the launcher)
+    from omega_mcp.sandbox import landlock
+else:
+    # Not `import omega_mcp...`: without site-packages the package is not importable, and its
+    # __init__ may pull in the whole server. The sibling file is stdlib-only by contract.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    if _HERE not in sys.path:
+        sys.path.append(_HERE)  # appended, so a stdlib module always wins over a file here
+    import landlock
+
+EXIT_SANDBOX_FAILURE = 125
+"""Exit status when the sandbox could not be set up (the command did not run)."""
+LINGER_SECONDS = 3.0
+"""How long background leftovers may outlive the command when nobody kills them first (the bash
+tool drains their output for 1.5 s, then kills the group)."""
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_MS_RDONLY = 1
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_MS_RELATIME = 1 << 21
+_MS_LOCKABLE = 2 | 4 | 8 | 1024 | 2048  # NOSUID NODEV NOEXEC NOATIME NODIRATIME: same bits as ST_*
+_ST_RELATIME = 4096
+_PR_SET_PDEATHSIG = 1
+# Signal numbers (identical on Linux and macOS for these); the `signal` module costs ~5 ms (enum).
+_SIGINT, _SIGKILL, _SIGPIPE, _SIGXFSZ = 2, 9, 13, 25
+_RLIMITS = ("core", "fsize", "nofile", "nproc", "data", "as")
+
+
+def _prctl(option: int, arg: int) -> int:
+    c_ulong = landlock.c_ulong
+    return landlock.libc_function("prctl")(option, c_ulong(arg), c_ulong(0), c_ulong(0), c_ulong(0))
+
+
+class _Failure(Exception):
+    """Setup failed; the message is shown to the model as the command's output."""
+
+
+class _Spec:
+    """The parsed command line."""
+
+    def __init__(self) -> None:
+        self.probe = False
+        self.parent_pid = 0
+        self.rlimits: list[tuple[str, int]] = []
+        self.nproc_headroom = 0
+        self.pidns = False
+        self.pid_max = 0
+        self.binds: list[tuple[str, str]] = []
+        self.landlock_abi = 0
+        self.writable: list[str] = []
+        self.devices: list[str] = []
+        self.deny_tcp = False
+        self.command: list[str] = []
+
+
+def parse(argv: list[str]) -> _Spec:
+    """Parse trampoline options (see `launch._trampoline_argv` for the producer).
+
+    Raises:
+        ValueError: an unknown option, a missing value, or no command after `--`.
+    """
+    spec = _Spec()
+    i = 0
+    while i < len(argv):
+        opt = argv[i]
+        if opt == "--":
+            spec.command = argv[i + 1 :]
+            break
+        if opt in ("--probe", "--pidns", "--deny-tcp"):
+            setattr(spec, opt[2:].replace("-", "_"), True)
+            i += 1
+            continue
+        if i + 1 >= len(argv):
+            raise ValueError(f"{opt} needs a value")
+        value = argv[i + 1]
+        i += 2
+        if opt == "--parent-pid":
+            spec.parent_pid = int(value)
+        elif opt == "--rlimit":
+            name, _, number = value.partition("=")
+            if name not in _RLIMITS:
+                raise ValueError(f"unknown rlimit {name!r}")
+            spec.rlimits.append((name, int(number)))
+        elif opt == "--nproc-headroom":
+            spec.nproc_headroom = int(value)
+        elif opt == "--pid-max":
+            spec.pid_max = int(value)
+        elif opt in ("--pin", "--protect"):
+            spec.binds.append((opt[2:], value))
+        elif opt == "--landlock":
+            spec.landlock_abi = int(value)
+        elif opt == "--rw":
+            spec.writable.append(value)
+        elif opt == "--dev":
+            spec.devices.append(value)
+        else:
+            raise ValueError(f"unknown option {opt!r}")
+    if not spec.command and not spec.probe:
+        raise ValueError("no command after --")
+    return spec
+
+
+def _errno_fail(what: str) -> _Failure:
+    err = landlock.get_errno()
+    return _Failure(f"{what}: {os.strerror(err)}")
+
+
+def _default_signal(signum: int) -> None:
+    # libc signal(2) directly: exec keeps ignored signals ignored, and CPython ignores SIGPIPE and
+    # SIGXFSZ, so without this `yes | head` errors with EPIPE and file-size limits never kill.
+    landlock.libc_function("signal")(signum, landlock.c_void_p(0))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    if _prctl(_PR_SET_PDEATHSIG, _SIGKILL):
+        raise _errno_fail("prctl(PR_SET_PDEATHSIG)")
+    if parent_pid and os.getppid() != parent_pid:
+        raise _Failure("the server exited before the command started")
+
+
+def _set_rlimits(spec: _Spec) -> None:
+    import resource
+
+    limits = dict(spec.rlimits)
+    if spec.nproc_headroom and os.getuid() != 0:
+        # RLIMIT_NPROC counts every process of the uid (and root is exempt): allow the current
+        # count plus the headroom.
+        uid = os.getuid()
+        mine = 0
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            entries = []  # no procfs (macOS): cannot count, so leave RLIMIT_NPROC alone
+        for entry in entries:
+            if entry.isdigit():
+                try:
+                    mine += os.stat(f"/proc/{entry}").st_uid == uid
+                except OSError:
+                    pass
+        if entries:
+            limits["nproc"] = mine + spec.nproc_headroom
+    for name, value in limits.items():
+        which = getattr(resource, f"RLIMIT_{name.upper()}", None)
+        if which is None:
+            continue  # e.g. RLIMIT_NPROC is missing on some platforms
+        soft, hard = resource.getrlimit(which)
+        new_hard = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        # Only ever lower: a smaller existing soft limit stays as it is.
+        new_soft = new_hard if soft == resource.RLIM_INFINITY else min(soft, new_hard)
+        try:
+            resource.setrlimit(which, (new_soft, new_hard))
+        except (OSError, ValueError) as exc:
+            raise _Failure(f"setrlimit {name}={value}: {exc}") from None
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _unshare_namespaces() -> None:
+    uid, gid = os.geteuid(), os.getegid()
+    if landlock.libc_function("unshare")(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS):
+        raise _errno_fail("unshare(user, pid, mount namespaces)")
+    try:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    except OSError as exc:
+        raise _Failure(f"user namespace id map: {exc}") from None
+
+
+def _mount(source: str | None, target: str | None, fstype: str | None, flags: int) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return None if value is None else os.fsencode(value)
+
+    if landlock.libc_function("mount")(enc(source), enc(target), enc(fstype), landlock.c_ulong(flags), None):
+        raise _errno_fail(f"mount {target}")
+
+
+def _fork_supervised() -> int:
+    """Fork: the parent waits and mirrors the child's exit; the child returns as PID 1.
+
+    Returns the write end of the status pipe, on which PID 1 reports how the command ended and
+    whether leftovers remain (PID 1 cannot die of the command's signal itself: the kernel protects
+    a namespace's init from signals sent inside it).
+    """
+    alive_r, alive_w = os.pipe()
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(alive_r)
+        os.close(status_w)
+        _supervise(pid, status_r)
+    os.close(alive_w)
+    os.close(status_r)
+    if _prctl(_PR_SET_PDEATHSIG, _SIGKILL):
+        raise _errno_fail("prctl(PR_SET_PDEATHSIG)")
+    # The supervisor may have died before PDEATHSIG was armed: its pipe end is then closed.
+    os.set_blocking(alive_r, False)
+    try:
+        gone = os.read(alive_r, 1) == b""
+    except BlockingIOError:
+        gone = False
+    os.close(alive_r)
+    if gone:
+        os._exit(EXIT_SANDBOX_FAILURE)
+    return status_w
+
+
+def _die_like(signum: int) -> None:
+    _default_signal(signum)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # only if the signal did not kill (e.g. it is SIGCHLD-like)
+
+
+def _supervise(pid: int, status_r: int) -> None:
+    """Exit as the command did, as soon as PID 1 reports it (leftovers may still be draining)."""
+    record = b""
+    while len(record) < 3:
+        chunk = os.read(status_r, 3 - len(record))
+        if not chunk:
+            break
+        record += chunk
+    if len(record) == 3 and not record[2]:
+        # No leftovers: wait for PID 1 to be gone too, so the caller never sees a group member.
+        os.waitpid(pid, 0)
+    if len(record) == 3:
+        if record[:1] == b"s":
+            _die_like(record[1])
+        os._exit(record[1])
+    # PID 1 died without a report (setup failure, killed): mirror it.
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        _die_like(os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _fork_init(status_w: int) -> None:
+    """Stay PID 1 (reaping orphans) and return in a child, which runs the command as PID 2.
+
+    The kernel drops default-action signals sent to a namespace's PID 1 from inside it, so a
+    command running as PID 1 could not `kill $$`, nor die of SIGPIPE or SIGXFSZ. When the command
+    exits, its status goes to the supervisor (which exits with it at once) while PID 1 keeps the
+    namespace, and so any background leftovers, for at most `LINGER_SECONDS`: the caller sees them
+    as its process group still alive, may drain their output, and kills the group (PID 1
+    included, which ends the namespace). Without a caller that lingers, they die on the deadline.
+    """
+    pid = os.fork()
+    if pid == 0:
+        return
+    try:  # never hold the caller's pipe: its EOF must mean "no leftovers write to it"
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+    except OSError:
+        pass
+    while True:
+        try:
+            reaped, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(EXIT_SANDBOX_FAILURE)
+        if reaped == pid:
+            break
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+        leftovers = True
+    except ChildProcessError:
+        leftovers = False
+    if leftovers:
+        # Disarm PDEATHSIG: the supervisor exits as soon as it reads the record.
+        _prctl(_PR_SET_PDEATHSIG, 0)
+    if os.WIFSIGNALED(status):
+        record = b"s" + bytes([os.WTERMSIG(status)])
+    else:
+        record = b"x" + bytes([os.waitstatus_to_exitcode(status) & 0xFF])
+    os.write(status_w, record + bytes([leftovers]))
+    os.close(status_w)
+    if leftovers:
+        _linger()
+    os._exit(0)
+
+
+def _linger() -> None:
+    import time
+
+    deadline = time.monotonic() + LINGER_SECONDS
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass  # reap every orphan that has exited
+        except ChildProcessError:
+            break  # nothing left in the namespace
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    os._exit(0)  # as PID 1: the kernel kills whatever is left
+
+
+def _setup_pid1(spec: _Spec) -> bool:
+    """Inside the namespaces: private mounts, own /proc, pid_max, protective binds."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    try:
+        _mount("proc", "/proc", "proc", 2 | 4 | 8)
+    except _Failure:
+        return False  # e.g. a container with masked /proc: pids outside stay visible, nothing else
+    if spec.pid_max:
+        try:
+            _write("/proc/sys/kernel/pid_max", str(spec.pid_max))
+        except OSError:
+            pass  # kernels before 6.14 have no per-namespace pid_max; the probe reports it
+    for op, path in spec.binds:
+        if not os.path.lexists(path):
+            continue
+        _mount(path, path, None, _MS_BIND | _MS_REC)
+        if op == "protect":
+            # A remount must keep the flags the kernel locked on the original mount.
+            flags = os.statvfs(path).f_flag
+            keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
+            _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
+    if spec.binds:
+        # The cwd still points into the mounts as they were before the binds: re-enter it by
+        # name, or relative paths would reach the protected files underneath.
+        os.chdir(os.getcwd())
+    return True
+
+
+def run(spec: _Spec) -> None:
+    """Set everything up and exec `spec.command`; returns only by raising `_Failure`."""
+    for signum in (_SIGINT, _SIGPIPE, _SIGXFSZ):
+        _default_signal(signum)
+    os.closerange(3, 2**31 - 1)  # fds a caller leaked must not outlive the sandbox boundary
+    if spec.parent_pid:
+        _die_with_parent(spec.parent_pid)
+    _set_rlimits(spec)
+    status_w: int | None = None
+    if spec.pidns:
+        _unshare_namespaces()
+        status_w = _fork_supervised()
+        _setup_pid1(spec)
+    if spec.landlock_abi:
+        try:
+            landlock.restrict_self(
+                spec.landlock_abi, writable=spec.writable, devices=spec.devices, deny_tcp=spec.deny_tcp
+            )
+        except OSError as exc:
+            raise _Failure(f"Landlock: {exc.strerror or exc}") from None
+    if status_w is not None:
+        _fork_init(status_w)
+    try:
+        os.execv(spec.command[0], spec.command)  # noqa: S606 - exec is the purpose; argv, no shell
+    except OSError as exc:
+        sys.stderr.write(f"omega-mcp sandbox: cannot run {spec.command[0]}: {exc.strerror}\n")
+        os._exit(127)
+
+
+def _say(line: str) -> None:
+    os.write(1, (line + "\n").encode())  # unbuffered: the probe forks
+
+
+def probe() -> None:
+    """Print `key=value` lines: landlock_abi, pidns, mount_proc, pid_max, landlock_enforced."""
+    abi = landlock.abi_version()
+    _say(f"landlock_abi={abi}")
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            try:
+                _unshare_namespaces()
+                _fork_supervised()
+                _say(f"pidns={int(os.getpid() == 1)}")
+                spec = _Spec()
+                spec.pid_max = 4000
+                _say(f"mount_proc={int(_setup_pid1(spec))}")
+                with open("/proc/sys/kernel/pid_max") as f:
+                    _say(f"pid_max={int(f.read().strip() == '4000')}")
+            except _Failure as exc:
+                _say(f"pidns=0 {exc}")
+            if abi:
+                landlock.restrict_self(abi, deny_tcp=abi >= 4)
+                try:
+                    os.close(os.open("/dev/null", os.O_WRONLY))
+                    _say("landlock_enforced=0 /dev/null stayed writable")
+                except PermissionError:
+                    _say("landlock_enforced=1")
+        except OSError as exc:
+            _say(f"landlock_enforced=0 {exc}")
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        spec = parse(argv)
+        if spec.probe:
+            probe()
+            return 0
+        run(spec)
+    except (ValueError, OSError, _Failure) as exc:
+        sys.stderr.write(f"omega-mcp sandbox: {exc}; the command did not run\n")
+    return EXIT_SANDBOX_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

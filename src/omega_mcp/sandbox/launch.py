@@ -1,0 +1,321 @@
+"""How bash is started: the argv (through the sandbox trampoline), its scrubbed env and its cwd.
+
+`bash_launch(policy, command)` is the only thing `builtin/bash.py` asks of the sandbox; it raises
+`SandboxUnavailableError` when the mode needs an OS sandbox this machine cannot give (fail closed;
+`[sandbox] require_os_sandbox = false` opts out). On Linux every mode goes through `exec.py` for
+rlimits and the PID namespace; sandbox/rx add Landlock (sandbox also denies TCP) and read-only
+binds over omega's own files when they lie inside a writable root. On macOS sandbox/rx use
+`sandbox-exec` with paths passed as `-D` parameters. `describe_sandbox` reports the same plan.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omega_mcp.errors import InvalidArgumentsError, SandboxUnavailableError, ToolError
+from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.environment import bash_environment
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = [
+    "DEFAULT_MAX_FILE_SIZE_MB",
+    "DEFAULT_MAX_OPEN_FILES",
+    "DEFAULT_MAX_PROCESSES",
+    "BashLaunch",
+    "bash_launch",
+    "describe_sandbox",
+]
+
+DEFAULT_MAX_PROCESSES = 512
+DEFAULT_MAX_FILE_SIZE_MB = 4096
+DEFAULT_MAX_OPEN_FILES = 8192
+_MIB = 1024 * 1024
+_PID_RESERVED = 300  # after the first wrap the kernel hands out pids from 300 up to pid_max
+_MIN_ABI = {"sandbox": 4, "rx": 3}  # 4: TCP rules; 3: TRUNCATE (else O_TRUNC wipes any file)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts")
+_GPU_PREFIXES = ("nvidia", "dri")
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_MACOS_PROFILE_HEAD = "(version 1)\n(allow default)\n(deny file-write*)\n"
+
+
+@dataclass(frozen=True, slots=True)
+class BashLaunch:
+    """What to exec for one bash command.
+
+    Spawn it from a long-lived thread (the event loop): the trampoline arms PR_SET_PDEATHSIG,
+    which fires when the *thread* that forked it exits.
+    """
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: Path
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    confinement: str  # "landlock" | "sandbox-exec" | "none"
+    landlock_abi: int
+    network: bool
+    pid_namespace: bool
+    write_roots: tuple[Path, ...]
+    binds: tuple[tuple[str, Path], ...]
+    unprotected: tuple[Path, ...]
+    warnings: tuple[str, ...]
+    refusal: str | None
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _bash() -> str:
+    return "/bin/bash" if os.path.exists("/bin/bash") else shutil.which("bash") or "/bin/bash"
+
+
+def _refusal(policy: SandboxPolicy, support: probe.Support, need: int) -> str:
+    have = f"Landlock ABI {support.landlock_abi}" if support.landlock_abi else "no usable Landlock"
+    if support.platform == "darwin":
+        have = "no /usr/bin/sandbox-exec"
+    why = f" ({support.detail})" if support.detail else ""
+    return (
+        f"bash is unavailable: {policy.mode!r} mode confines bash with the OS sandbox "
+        f"(Landlock ABI >= {need} on Linux, sandbox-exec on macOS), but this machine has {have}{why}. "
+        "To run bash without OS confinement, set `require_os_sandbox = false` in the [sandbox] "
+        "section of servers.toml, or start omega in rwx mode."
+    )
+
+
+def _own_files(policy: SandboxPolicy) -> list[Path]:
+    """What bash must never change: omega's home and config, and the code the server runs."""
+    candidates = [policy.home, policy.config_path, _PACKAGE_DIR, Path(sys.prefix), Path(sys.base_prefix)]
+    return [p for p in dict.fromkeys(_real(c) for c in candidates if c is not None) if p.exists()]
+
+
+def _protection(
+    policy: SandboxPolicy, roots: tuple[Path, ...]
+) -> tuple[tuple[tuple[str, Path], ...], tuple[Path, ...], list[str]]:
+    """Bind mounts that keep omega's own files read-only where they lie inside writable roots.
+
+    Each protected path gets a read-only bind; writable roots inside it are re-bound first (holes),
+    and every directory between the outermost enclosing root and it is pinned with a bind of its
+    own, because a directory containing a mount point can still be renamed away and recreated.
+    The server's interpreter prefix and package count as omega's files: a sandboxed command that
+    could rewrite them would run its code outside the sandbox on the next call.
+    """
+    real_roots = tuple(dict.fromkeys(_real(r) for r in roots))
+    targets: list[Path] = []
+    for path in sorted(_own_files(policy), key=lambda p: len(p.parts)):
+        if any(_within(path, r) for r in real_roots) and not any(_within(path, t) for t in targets):
+            targets.append(path)
+    binds: list[tuple[str, Path]] = []
+    warnings: list[str] = []
+    for target in targets:
+        top = min((r for r in real_roots if _within(target, r)), key=lambda r: len(r.parts))
+        ancestors = [p for p in reversed(target.parents) if top in p.parents or p == top][1:]
+        binds.extend(("pin", p) for p in ancestors)
+        holes = sorted((r for r in real_roots if target in r.parents), key=lambda r: len(r.parts))
+        binds.extend(("pin", r) for r in holes)
+        binds.append(("protect", target))
+        if target in real_roots:
+            warnings.append(f"write root {target} holds omega's own files, so bash gets it read-only")
+    unique = tuple(dict.fromkeys(binds))  # two targets may share ancestors: bind each once
+    # A servers.toml that does not exist cannot be bound; omega would load one created in the
+    # directory it starts from, so say so when bash could create it.
+    home = _real(policy.home)
+    unprotected = [
+        candidate
+        for candidate in (_real(Path("servers.toml")), home / "servers.toml")
+        if not candidate.exists()
+        and any(_within(candidate, r) for r in real_roots)
+        and not any(_within(candidate, t) for t in targets)
+    ]
+    return unique, tuple(unprotected), warnings
+
+
+def _plan(policy: SandboxPolicy) -> _Plan:
+    support = probe.support()
+    roots = tuple(dict.fromkeys(policy.bash_write_roots))
+    warnings: list[str] = []
+    missing = [r for r in policy.write_roots if not r.is_dir()]
+    if missing:
+        warnings.append(f"write_roots that do not exist are skipped: {', '.join(map(str, missing))}")
+    roots = tuple(r for r in roots if r not in missing)
+    pidns = support.pid_namespace
+    if policy.mode == "rwx":
+        return _Plan("none", 0, True, pidns, (Path("/"),), (), (), tuple(warnings), None)
+    need = _MIN_ABI[policy.mode]
+    if support.platform == "darwin" and support.sandbox_exec:
+        return _Plan("sandbox-exec", 0, policy.bash_network, False, roots, (), (), tuple(warnings), None)
+    abi = support.landlock_abi if support.landlock_enforced else 0
+    if abi >= need or (abi and not policy.require_os_sandbox):
+        binds: tuple[tuple[str, Path], ...] = ()
+        unprotected: tuple[Path, ...] = ()
+        if pidns:
+            binds, unprotected, more = _protection(policy, roots)
+            warnings.extend(more)
+        else:
+            real_roots = [_real(r) for r in roots]
+            unprotected = tuple(p for p in _own_files(policy) if any(_within(p, r) for r in real_roots))
+        if unprotected:
+            warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
+        network = policy.bash_network or abi < 4
+        if abi < need:
+            warnings.append(f"Landlock ABI {abi} is below {need}: bash is only partly confined")
+        if os.path.isdir("/dev/shm"):
+            roots = (*roots, Path("/dev/shm"))  # POSIX shared memory (multiprocessing locks)
+        return _Plan("landlock", abi, network, pidns, roots, binds, unprotected, tuple(warnings), None)
+    if policy.require_os_sandbox:
+        return _Plan("none", 0, True, pidns, (), (), (), tuple(warnings), _refusal(policy, support, need))
+    warnings.append(f"bash runs WITHOUT OS confinement (require_os_sandbox = false): {support.detail}")
+    return _Plan("none", 0, True, pidns, (Path("/"),), (), (), tuple(warnings), None)
+
+
+def _limits(policy: SandboxPolicy) -> dict[str, int | None]:
+    return {
+        "max_processes": policy.max_processes or DEFAULT_MAX_PROCESSES,
+        "max_file_size_mb": policy.max_file_size_mb or DEFAULT_MAX_FILE_SIZE_MB,
+        "max_open_files": policy.max_open_files or DEFAULT_MAX_OPEN_FILES,
+        "memory_mb": policy.memory_mb,
+    }
+
+
+def _devices() -> list[str]:
+    found = [d for d in _DEVICES if os.path.exists(d)]
+    try:
+        found += sorted(f"/dev/{n}" for n in os.listdir("/dev") if n.startswith(_GPU_PREFIXES))
+    except OSError:
+        pass
+    return found
+
+
+def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
+    processes = policy.max_processes or DEFAULT_MAX_PROCESSES
+    file_size = (policy.max_file_size_mb or DEFAULT_MAX_FILE_SIZE_MB) * _MIB
+    open_files = policy.max_open_files or DEFAULT_MAX_OPEN_FILES
+    argv = list(probe.TRAMPOLINE_ARGV)
+    if sys.platform.startswith("linux"):
+        argv += ["--parent-pid", str(os.getpid())]
+    argv += ["--rlimit", "core=0", "--rlimit", f"fsize={file_size}", "--rlimit", f"nofile={open_files}"]
+    argv += ["--nproc-headroom", str(processes)]
+    if policy.memory_mb:
+        argv += ["--rlimit", f"data={policy.memory_mb * _MIB}"]
+    if plan.pid_namespace:
+        argv += ["--pidns", "--pid-max", str(processes + _PID_RESERVED)]
+    for op, path in plan.binds:
+        argv += [f"--{op}", str(path)]
+    if plan.confinement == "landlock":
+        argv += ["--landlock", str(plan.landlock_abi)]
+        for root in plan.write_roots:
+            argv += ["--rw", str(root)]
+        for device in _devices():
+            argv += ["--dev", device]
+        if not plan.network:
+            argv.append("--deny-tcp")
+    return argv
+
+
+def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
+    # Paths travel as -D parameters and are only referenced by name: never spliced into the text.
+    params: list[str] = []
+    allow: list[str] = []
+    for i, root in enumerate(plan.write_roots):
+        params += ["-D", f"W{i}={_real(root)}"]
+        allow.append(f'(subpath (param "W{i}"))')
+    deny: list[str] = []
+    for i, path in enumerate(policy.protected_paths):
+        params += ["-D", f"P{i}={_real(path)}"]
+        deny.append(f'(subpath (param "P{i}"))')
+    profile = _MACOS_PROFILE_HEAD
+    profile += f'(allow file-write* {" ".join(allow)} (literal "/dev/null") (regex #"^/dev/(fd/|tty)"))\n'
+    if deny:
+        profile += f"(deny file-write* {' '.join(deny)})\n"
+    if not plan.network:
+        profile += '(deny network-outbound (remote ip "*:*"))\n(deny network-bind (local ip "*:*"))\n'
+    return [str(probe.SANDBOX_EXEC), "-p", profile, *params]
+
+
+def _ensure_dirs(policy: SandboxPolicy) -> None:
+    for directory, mode in ((policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)):
+        try:
+            directory.mkdir(mode=mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ToolError(
+                f"cannot create {directory} for bash: {exc.strerror}; create it or fix the config"
+            ) from None
+    if policy.mode != "rwx":
+        (policy.scratch_dir / "cache").mkdir(exist_ok=True)
+
+
+def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
+    """The argv, env and cwd that run `command` with bash under `policy`.
+
+    Creates the workspace, tmp and scratch dirs when missing. Commands over 128 KiB do not fit
+    in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND`).
+
+    Raises:
+        SandboxUnavailableError: the mode needs an OS sandbox that cannot be applied here.
+        InvalidArgumentsError: the command contains a NUL byte.
+        ToolError: a directory bash needs cannot be created.
+    """
+    if "\0" in command:
+        raise InvalidArgumentsError("command contains a NUL byte, which no shell command can contain")
+    plan = _plan(policy)
+    if plan.refusal is not None:
+        raise SandboxUnavailableError(plan.refusal)
+    _ensure_dirs(policy)
+    plan = _plan(policy)  # again: the home may only exist now, which changes what to protect
+    env = bash_environment(policy)
+    bash = [_bash(), "--noprofile", "--norc"]
+    prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
+    argv = [*prefix, *_trampoline_argv(policy, plan), "--", *bash, "-c", command]
+    return BashLaunch(argv=tuple(argv), env=env, cwd=policy.workspace)
+
+
+def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
+    """The effective bash sandbox as JSON-ready data, for the startup log and `tools --json`.
+
+    Never raises: a refusal is reported under `refusal` (bash calls will fail with that text).
+    """
+    plan = _plan(policy)
+    support = probe.support()
+    limits = _limits(policy)
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    if plan.pid_namespace and support.pid_max:
+        process_limit = (
+            f"pid namespace: {limits['max_processes']} processes (up to {_PID_RESERVED} more before pid wrap)"
+        )
+    elif uid != 0 and support.platform == "linux":
+        process_limit = f"RLIMIT_NPROC: current processes of uid {uid} + {limits['max_processes']}"
+    else:
+        process_limit = "none (needs a pid namespace with its own pid_max, or a non-root user on Linux)"
+    if plan.confinement == "none" or plan.network:
+        network = "allowed"
+    else:
+        network = "TCP bind/connect denied (UDP and pathname UNIX sockets are not restricted)"
+    return {
+        "platform": support.platform,
+        "mode": policy.mode,
+        "bash": "refused" if plan.refusal else ("confined" if plan.confinement != "none" else "unconfined"),
+        "confinement": plan.confinement,
+        "landlock_abi": support.landlock_abi,
+        "write_roots": [str(r) for r in plan.write_roots],
+        "network": network,
+        "pid_namespace": plan.pid_namespace,
+        "private_proc": plan.pid_namespace and support.mount_proc,
+        "process_limit": process_limit,
+        "limits": limits,
+        "protected_read_only": [str(p) for op, p in plan.binds if op == "protect"],
+        "unprotected_own_files": [str(p) for p in plan.unprotected],
+        "env_passthrough": list(policy.env_passthrough),
+        "warnings": list(plan.warnings),
+        "refusal": plan.refusal,
+        "probe_detail": support.detail,
+    }
