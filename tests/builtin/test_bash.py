@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import sys
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -17,19 +17,38 @@ from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import BashArgs
 from omega_mcp.builtin.shells import ShellRegistry
 from omega_mcp.errors import ToolError
+from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.exec import LINGER_SECONDS
 from omega_mcp.sandbox.launch import BashLaunch
 from omega_mcp.sandbox.policy import SandboxPolicy
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
+from bash_processes import Markers, assert_gone, pids_with_arg, started_sleep, wait_running
 
-@pytest.fixture
-def policy(tmp_path: Path) -> SandboxPolicy:
-    return SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path / "ws")
+
+@pytest.fixture(params=["sandbox", "rwx"])
+def policy(request: pytest.FixtureRequest, tmp_path: Path) -> SandboxPolicy:
+    """The default mode (Landlock) and rwx: bash runs through the sandbox trampoline in both."""
+    return SandboxPolicy(mode=request.param, home=tmp_path / "home", workspace=tmp_path / "ws")
+
+
+# Leftovers of a command that has exited die by themselves LINGER_SECONDS after it (the
+# trampoline's PID 1 gives up); the call drains their output for DRAIN_SECONDS first. Checking
+# sooner than that deadline after the call returns shows the call killed them, not the deadline.
+_KILLED_BY_THE_CALL_SECONDS = LINGER_SECONDS - bash_module.DRAIN_SECONDS - 0.5
 
 
 @pytest.fixture
 async def shells() -> AsyncIterator[ShellRegistry]:
     async with ShellRegistry() as registry:
         yield registry
+
+
+@pytest.fixture
+def markers() -> Iterator[Markers]:
+    made = Markers()
+    yield made
+    made.kill_leftovers()
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -42,37 +61,6 @@ def _text(result: types.CallToolResult) -> str:
 async def _bash(policy: SandboxPolicy, shells: ShellRegistry, command: str, **kw: object) -> types.CallToolResult:
     with anyio.fail_after(30):
         return await run_bash(policy, BashArgs.model_validate({"command": command, **kw}), shells)
-
-
-def _gone(pid: int) -> bool:
-    """Dead or a zombie (our container's init may not reap orphans)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
-
-
-async def _assert_gone(pid: int) -> None:
-    with anyio.move_on_after(5):
-        while not _gone(pid):  # noqa: ASYNC110 - nothing signals another process's death
-            await anyio.sleep(0.02)
-    assert _gone(pid), f"process {pid} is still alive"
-
-
-async def _read_pid(path: Path) -> int:
-    """Wait (bounded) until the command under test has written a pid to `path`."""
-    file = anyio.Path(path)
-    with anyio.fail_after(10):
-        while True:
-            text = await file.read_text() if await file.exists() else ""
-            if text.strip():
-                return int(text)
-            await anyio.sleep(0.01)
 
 
 async def test_echo_returns_its_output(policy: SandboxPolicy, shells: ShellRegistry) -> None:
@@ -123,40 +111,69 @@ async def test_death_by_signal_is_named(policy: SandboxPolicy, shells: ShellRegi
 
 
 async def test_timeout_keeps_partial_output_and_kills_the_group(
-    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+    policy: SandboxPolicy, shells: ShellRegistry, markers: Markers
 ) -> None:
-    pid_file = tmp_path / "sleep.pid"
-    command = f"echo start; sleep 30 & echo $! > {pid_file}; wait"
-    result = await _bash(policy, shells, command, timeout=1)
+    marker = markers()
+    command = f"echo start; {started_sleep(marker)}; wait"
+    result = await _bash(policy, shells, command, timeout=2)
     text = _text(result)
     assert result.is_error
-    assert text.startswith("start\n")
-    assert "timed out after 1 s" in text
-    await _assert_gone(int(pid_file.read_text()))
+    assert text.startswith("start\nstarted\n")
+    assert "timed out after 2 s" in text
+    # The command string is an argument of bash, the namespace's PID 1 and its supervisor.
+    await assert_gone(marker, command)
 
 
 async def test_background_child_does_not_hang_the_call_and_is_killed(
-    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+    policy: SandboxPolicy, shells: ShellRegistry, markers: Markers
 ) -> None:
-    pid_file = tmp_path / "child.pid"
+    marker = markers()
+    command = f"{started_sleep(marker)}; echo parent done"
     with anyio.fail_after(6):
-        result = await _bash(policy, shells, f"sleep 30 & echo $! > {pid_file}; echo parent done")
+        result = await _bash(policy, shells, command)
     text = _text(result)
     assert not result.is_error
-    assert text.startswith("parent done\n")
+    assert text.startswith("started\nparent done\n")
     assert "run_in_background" in text
-    await _assert_gone(int(pid_file.read_text()))
+    await assert_gone(marker, command, bound=_KILLED_BY_THE_CALL_SECONDS)
 
 
 async def test_detached_output_less_child_is_killed_too(
-    policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path
+    policy: SandboxPolicy, shells: ShellRegistry, markers: Markers
 ) -> None:
-    pid_file = tmp_path / "child.pid"
-    result = await _bash(policy, shells, f"sleep 30 >/dev/null 2>&1 & echo $! > {pid_file}")
+    marker = markers()
+    command = started_sleep(marker, redirect=" >/dev/null 2>&1")
+    result = await _bash(policy, shells, command)
     text = _text(result)
-    assert text.startswith("exit code 0\n")
+    assert text.startswith("started\n")
     assert "terminated" in text
-    await _assert_gone(int(pid_file.read_text()))
+    await assert_gone(marker, command, bound=_KILLED_BY_THE_CALL_SECONDS)
+
+
+async def test_a_later_call_can_neither_see_nor_kill_an_earlier_commands_process(
+    policy: SandboxPolicy, shells: ShellRegistry, markers: Markers
+) -> None:
+    support = probe.support()
+    if not (support.pid_namespace and support.mount_proc):
+        pytest.skip("no PID namespace with a private /proc here: commands see each other's processes")
+    marker, own = markers(), markers()
+    await _bash(policy, shells, f"sleep {marker}", run_in_background=True)
+    await wait_running(marker)
+    [host_pid] = pids_with_arg(marker)
+
+    def pattern(value: str) -> str:
+        return value.replace(".", "[.]")  # so the calling bash's own argv does not match
+
+    command = (
+        f"sleep {own} & seen=1; for i in $(seq 200); do pgrep -f '{pattern(own)}' >/dev/null && "
+        "{ seen=0; break; }; sleep 0.05; done; echo own=$seen; kill $!; "
+        f"pgrep -f '{pattern(marker)}'; echo pgrep=$?; pkill -KILL -f '{pattern(marker)}'; echo pkill=$?; "
+        f"kill -KILL {host_pid} 2>/dev/null; echo kill=$?"
+    )
+    result = await _bash(policy, shells, command)
+    # pgrep works (it finds the call's own sleep) but the earlier command's sleep is out of reach.
+    assert _text(result) == "own=0\npgrep=1\npkill=1\nkill=1\n"
+    assert pids_with_arg(marker) == [host_pid]
 
 
 async def test_long_output_is_cut_in_the_middle_with_the_total(policy: SandboxPolicy, shells: ShellRegistry) -> None:
@@ -200,7 +217,8 @@ async def test_huge_command_runs_through_a_file(policy: SandboxPolicy, shells: S
     command = ":\n" * (200 * 1024 // 2) + "echo huge ok"
     result = await _bash(policy, shells, command)
     assert _text(result) == "huge ok\n"
-    assert not list((policy.scratch_dir).iterdir())  # the command file is removed
+    # The command file's directory is removed; only the cache dir of the sandbox modes stays.
+    assert {p.name for p in policy.scratch_dir.iterdir()} <= {"cache"}
 
 
 async def test_huge_command_keeps_its_exit_status(policy: SandboxPolicy, shells: ShellRegistry) -> None:
@@ -215,16 +233,15 @@ async def test_nul_in_command_is_a_clear_error(policy: SandboxPolicy, shells: Sh
         await _bash(policy, shells, "echo a\x00b")
 
 
-async def test_cancellation_kills_the_tree(policy: SandboxPolicy, shells: ShellRegistry, tmp_path: Path) -> None:
-    pid_file, bash_pid_file = tmp_path / "sleep.pid", tmp_path / "bash.pid"
-    command = f"echo $$ > {bash_pid_file}; sleep 30 & echo $! > {pid_file}; wait"
-    pids: list[int] = []
+async def test_cancellation_kills_the_tree(policy: SandboxPolicy, shells: ShellRegistry, markers: Markers) -> None:
+    marker = markers()
+    command = f"sleep {marker} & wait"
     async with anyio.create_task_group() as tg:
         tg.start_soon(_bash, policy, shells, command)
-        pids += [await _read_pid(pid_file), await _read_pid(bash_pid_file)]
+        await wait_running(marker)
+        assert pids_with_arg(command), "bash (and the trampoline) hold the command as an argument"
         tg.cancel_scope.cancel()
-    for pid in pids:
-        await _assert_gone(pid)
+    await assert_gone(marker, command)
 
 
 async def test_huge_command_is_sourced_when_the_launch_argv_has_another_shape(

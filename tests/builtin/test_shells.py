@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -15,47 +16,27 @@ from omega_mcp.builtin.shells import ShellRegistry, bash_output, kill_shell
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
 
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
+from bash_processes import Markers, assert_gone, pids_with_arg, wait_running
+
+
+@pytest.fixture(params=["sandbox", "rwx"])
+def policy(request: pytest.FixtureRequest, tmp_path: Path) -> SandboxPolicy:
+    """The default mode (Landlock) and rwx: bash runs through the sandbox trampoline in both."""
+    return SandboxPolicy(mode=request.param, home=tmp_path / "home", workspace=tmp_path / "ws")
+
 
 @pytest.fixture
-def policy(tmp_path: Path) -> SandboxPolicy:
-    return SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path / "ws")
+def markers() -> Iterator[Markers]:
+    made = Markers()
+    yield made
+    made.kill_leftovers()
 
 
 def _text(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)
     return block.text
-
-
-def _gone(pid: int) -> bool:
-    """Dead or a zombie (our container's init may not reap orphans)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
-
-
-async def _assert_gone(pid: int) -> None:
-    with anyio.move_on_after(5):
-        while not _gone(pid):  # noqa: ASYNC110 - nothing signals another process's death
-            await anyio.sleep(0.02)
-    assert _gone(pid), f"process {pid} is still alive"
-
-
-async def _read_pid(path: Path) -> int:
-    """Wait (bounded) until the command under test has written a pid to `path`."""
-    file = anyio.Path(path)
-    with anyio.fail_after(10):
-        while True:
-            text = await file.read_text() if await file.exists() else ""
-            if text.strip():
-                return int(text)
-            await anyio.sleep(0.01)
 
 
 async def _start(shells: ShellRegistry, policy: SandboxPolicy, command: str) -> str:
@@ -102,45 +83,45 @@ async def test_failed_background_shell_reports_its_exit_code_as_error(policy: Sa
         assert result.is_error
 
 
-async def test_kill_shell_kills_the_process_group(policy: SandboxPolicy, tmp_path: Path) -> None:
-    pid_file = tmp_path / "sleep.pid"
+async def test_kill_shell_kills_the_process_group(policy: SandboxPolicy, markers: Markers) -> None:
+    marker = markers()
+    command = f"sleep {marker} & wait"
     async with ShellRegistry() as shells:
-        shell_id = await _start(shells, policy, f"sleep 1000 & echo $! > {pid_file}; wait")
-        pid = await _read_pid(pid_file)
+        shell_id = await _start(shells, policy, command)
+        await wait_running(marker)
+        assert pids_with_arg(command), "bash (and the trampoline) hold the command as an argument"
         with anyio.fail_after(10):
             result = await kill_shell(shells, KillShellArgs(shell_id=shell_id))
         assert not result.is_error
         assert "killed" in _text(result)
-        await _assert_gone(pid)
+        await assert_gone(marker, command)
         status = await bash_output(shells, BashOutputArgs(shell_id=shell_id))
         assert _text(status).endswith("[killed by kill_shell]")
 
 
-async def test_registry_exit_kills_every_shell(policy: SandboxPolicy, tmp_path: Path) -> None:
-    pids: list[int] = []
+async def test_registry_exit_kills_every_shell(policy: SandboxPolicy, markers: Markers) -> None:
+    commands: list[str] = []
     with anyio.fail_after(20):
         async with ShellRegistry() as shells:
-            for n in range(3):
-                pid_file = tmp_path / f"sleep{n}.pid"
-                await _start(shells, policy, f"sleep 1000 & echo $! > {pid_file}; wait")
-                pids.append(await _read_pid(pid_file))
-    for pid in pids:
-        await _assert_gone(pid)
+            for _ in range(3):
+                marker = markers()
+                commands += [marker, f"sleep {marker} & wait"]
+                await _start(shells, policy, commands[-1])
+                await wait_running(marker)
+    await assert_gone(*commands)
 
 
-async def test_background_shell_timeout_kills_it(policy: SandboxPolicy, tmp_path: Path) -> None:
-    pid_file = tmp_path / "sleep.pid"
+async def test_background_shell_timeout_kills_it(policy: SandboxPolicy, markers: Markers) -> None:
+    marker = markers()
+    command = f"sleep {marker} & wait"
     async with ShellRegistry() as shells:
         with anyio.fail_after(10):
-            result = await run_bash(
-                policy,
-                BashArgs(command=f"sleep 1000 & echo $! > {pid_file}; wait", run_in_background=True, timeout=0.5),
-                shells,
-            )
+            result = await run_bash(policy, BashArgs(command=command, run_in_background=True, timeout=2), shells)
         shell_id = _text(result).split()[3].rstrip(".")
+        await wait_running(marker)
         texts = await _poll_until_finished(shells, shell_id)
-        assert "timed out after 0.5 s" in texts[-1]
-        await _assert_gone(await _read_pid(pid_file))
+        assert "timed out after 2 s" in texts[-1]
+        await assert_gone(marker, command)
 
 
 async def test_unknown_shell_id_lists_the_known_ones(policy: SandboxPolicy) -> None:

@@ -109,7 +109,8 @@ _BASH_DESCRIPTION = """Run a shell command with bash in the workspace directory 
 stderr, in order.
 
 - The working directory is the workspace; relative paths are resolved against it. Each call starts a fresh shell: \
-`cd` and variables do not persist between calls.
+`cd`, variables and processes do not persist between calls (a call cannot see or kill another call's processes; \
+background jobs left running are killed when the call returns).
 - A non-zero exit status makes the result an error; when the command prints nothing the text is `exit code N`.
 - Default timeout 120 s (`timeout`, max 600 s); on timeout the whole process tree is killed and the partial output \
 is returned with `timed out`.
