@@ -1,0 +1,395 @@
+"""The `omega-mcp` command: argument parsing and wiring only.
+
+stdout is the MCP wire under `serve` (stdio), so everything else logs to stderr. Flags override
+the config file, which overrides defaults. Exit codes: 0 success, 1 tool or agent failure,
+2 usage or config error (one line naming the file, the key and the problem; never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, cast
+
+import anyio
+
+from omega_mcp import __version__, spawn
+from omega_mcp.config import Config, load_config
+from omega_mcp.errors import ConfigError, OmegaError
+
+if TYPE_CHECKING:
+    from omega_mcp.proxy import ServerStatus
+
+__all__ = ["main"]
+
+logger = logging.getLogger("omega_mcp")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    """A bad flag or argument value found after parsing (exit 2)."""
+
+
+def _add_common(parser: argparse.ArgumentParser, *, sandbox_flags: bool = True) -> None:
+    parser.add_argument("--config", metavar="PATH", help="servers.toml to use (default: lookup order in the README)")
+    if sandbox_flags:
+        parser.add_argument("--mode", choices=("sandbox", "rx", "rwx"), help="sandbox mode (overrides the config)")
+        parser.add_argument("--workspace", metavar="DIR", help="workspace directory (overrides the config)")
+    parser.add_argument(
+        "--log-level", metavar="LEVEL", help="stderr log level: debug, info, warning, error (default: info for serve)"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="omega-mcp",
+        description="A sandboxed MCP tool hub: built-in bash/read/write/edit, downstream MCP servers as "
+        "mcp__<server>__<tool>, and an agent loop for HTTP LLM providers.",
+    )
+    parser.add_argument("--version", action="version", version=f"omega-mcp {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the MCP server (stdio by default, --http for streamable HTTP)")
+    _add_common(serve)
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP at http://HOST:PORT/mcp")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+
+    tools = sub.add_parser("tools", help="list the aggregated namespace with each server's status")
+    _add_common(tools)
+    tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    call = sub.add_parser("call", help="call one tool and print the result (exit 1 if isError)")
+    call.add_argument("tool", metavar="TOOL")
+    call.add_argument("arguments", metavar="JSON_ARGS", nargs="?", default="{}", help="tool arguments as a JSON object")
+    _add_common(call)
+
+    agent = sub.add_parser("agent", help="run the agent loop with an HTTP LLM provider over the same tools")
+    agent.add_argument("prompt", metavar="PROMPT")
+    agent.add_argument("--provider", choices=("openai", "anthropic", "ollama", "openrouter", "gemini"))
+    agent.add_argument("--model", metavar="M")
+    agent.add_argument("--base-url", metavar="URL")
+    agent.add_argument("--max-turns", type=int, metavar="N")
+    agent.add_argument("--no-tools", action="store_true", help="send no tools at all")
+    agent.add_argument("--allow-tool", action="append", metavar="GLOB", help="limit the tools (repeatable)")
+    agent.add_argument("--system", metavar="TEXT", help="system prompt")
+    agent.add_argument("--json", action="store_true", help='print {"output","turns","usage","messages"}')
+    _add_common(agent)
+
+    imp = sub.add_parser("import", help="add the mcpServers of a Claude Code / Claude Desktop JSON to servers.toml")
+    imp.add_argument("source", metavar="JSON_FILE", help=".mcp.json, ~/.claude.json or claude_desktop_config.json")
+    imp.add_argument("--overwrite", action="store_true", help="replace servers that already exist")
+    imp.add_argument("--dry-run", action="store_true", help="show what would change, write nothing")
+    _add_common(imp, sandbox_flags=False)
+
+    claude = sub.add_parser("claude-config", help="print the JSON to paste into Claude Code settings")
+    _add_common(claude, sandbox_flags=False)
+    claude.add_argument("--http", metavar="URL", help="point Claude Code at a running hub instead of stdio")
+    return parser
+
+
+def _setup_logging(level_name: str) -> None:
+    level = logging.getLevelNamesMapping().get(level_name.upper())
+    if level is None:
+        raise _UsageError(f"--log-level: unknown level {level_name!r} (use debug, info, warning or error)")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("omega-mcp %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(level, logging.WARNING))
+    logger.setLevel(level)
+
+
+def _policy(config: Config, args: argparse.Namespace) -> Any:
+    from omega_mcp.sandbox.policy import SandboxPolicy
+
+    workspace = Path(os.path.expanduser(args.workspace)).absolute() if getattr(args, "workspace", None) else None
+    return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
+
+
+SERVE_STARTUP_WAIT_SECONDS = 10.0
+"""How long the first tools/list of `serve` waits for slow downstream servers; the ones that
+arrive later are announced with notifications/tools/list_changed."""
+
+
+@asynccontextmanager
+async def _open_toolbox(config: Config, args: argparse.Namespace) -> AsyncGenerator[Any]:
+    """A started Toolbox over the built-ins and the configured downstream servers.
+
+    The downstream servers connect in the background, in parallel. Under `serve` a listing waits
+    for them at most SERVE_STARTUP_WAIT_SECONDS; one-shot commands (`tools`, `call`, `agent`)
+    wait until each has connected or failed (within its own connect timeout).
+    """
+    from omega_mcp.proxy import Downstreams
+    from omega_mcp.toolbox import Toolbox
+
+    policy = _policy(config, args)
+    try:
+        policy.workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the workspace {policy.workspace}: {exc.strerror}", key="sandbox.workspace"
+        ) from None
+    startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
+    async with AsyncExitStack() as stack:
+        downstreams = None
+        if config.servers:
+            downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait)
+            await stack.enter_async_context(downstreams)
+        yield await stack.enter_async_context(Toolbox(policy, downstreams))
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+async def _until_signalled(scope: anyio.CancelScope) -> None:
+    """Cancel `scope` on SIGINT/SIGTERM, so shutdown runs the normal (bounded) cleanup path."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logger.info("received %s, shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+async def _serve(config: Config, args: argparse.Namespace) -> int:
+    from omega_mcp.server import build_server, run_stdio
+
+    if args.http and not 0 < args.port < 65536:
+        raise _UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
+    async with _open_toolbox(config, args) as toolbox:
+        policy = toolbox.policy
+        logger.info("sandbox: mode=%s workspace=%s", policy.mode, policy.workspace)
+        server = build_server(toolbox)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg.cancel_scope)
+            if args.http:
+                from omega_mcp.hub import serve_http
+
+                await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file)
+            else:
+                logger.info("serving MCP on stdio")
+                await run_stdio(server)
+            tg.cancel_scope.cancel()
+    return EXIT_OK
+
+
+def _tool_json(tool: Any) -> dict[str, Any]:
+    return tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _server_line(status: ServerStatus) -> str:
+    if status.state == "connected":
+        return f"{status.server_name}: connected ({len(status.tools)} tools)"
+    if status.state == "disabled":
+        return f"{status.server_name}: disabled"
+    retry = f"; retrying in {status.retry_in_seconds:.0f} s" if status.retry_in_seconds is not None else ""
+    return f"{status.server_name}: {status.state}: {status.reason or 'not connected'}{retry}"
+
+
+async def _tools(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    from omega_mcp.names import Route
+    from omega_mcp.proxy import Downstreams
+
+    async with _open_toolbox(config, args) as toolbox:
+        tools = await toolbox.list_tools()
+        policy = toolbox.policy
+        namespace = toolbox.namespace()
+        downstreams = toolbox.downstreams
+        statuses = downstreams.statuses() if isinstance(downstreams, Downstreams) else []
+        exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
+        if args.json:
+            servers = {
+                s.server_name: {
+                    "state": s.state,
+                    "reason": s.reason,
+                    "retry_in_seconds": s.retry_in_seconds,
+                    "tools": exported[s.server_name],
+                }
+                for s in statuses
+            }
+            payload = {
+                "tools": [_tool_json(t) for t in tools],
+                "servers": servers,
+                "sandbox": {
+                    "mode": policy.mode,
+                    "workspace": str(policy.workspace),
+                    "file_write_roots": [str(p) for p in policy.file_write_roots],
+                },
+            }
+            out.write(json.dumps(payload, indent=2) + "\n")
+            return EXIT_OK
+        by_name = {t.name: t for t in tools}
+        width = max(len(name) for name in by_name)
+        builtins = [t.name for t in tools if namespace.resolve(t.name) == Route(None, t.name)]
+        groups = [(f"built-in (sandbox mode: {policy.mode}, workspace: {policy.workspace})", builtins)]
+        groups += [(_server_line(s), exported[s.server_name]) for s in statuses]
+        for heading, names in groups:
+            out.write(heading + "\n")
+            for name in names:
+                description = (by_name[name].description or "").strip()
+                summary = description.splitlines()[0] if description else ""
+                out.write(f"  {name:<{width}}  {summary}\n")
+    return EXIT_OK
+
+
+def _render_block(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return block.text
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+    return json.dumps(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+async def _call(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    from omega_mcp.errors import UnknownToolError
+
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"JSON_ARGS is not valid JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise _UsageError('JSON_ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
+    async with _open_toolbox(config, args) as toolbox:
+        try:
+            result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+        except UnknownToolError as exc:
+            sys.stderr.write(f"omega-mcp: {exc}\n")
+            return EXIT_FAILURE
+    parts = [_render_block(block) for block in result.content]
+    if result.structured_content is not None and not any(getattr(b, "type", None) == "text" for b in result.content):
+        parts.append(json.dumps(result.structured_content, indent=2))
+    text = "\n".join(parts)
+    out.write(text + ("" if text.endswith("\n") or not text else "\n"))
+    return EXIT_FAILURE if result.is_error else EXIT_OK
+
+
+def _import(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    from omega_mcp.importer import import_servers
+
+    target = config.path or config.home / "servers.toml"
+    report = import_servers(Path(args.source).expanduser(), target, overwrite=args.overwrite, dry_run=args.dry_run)
+    verb = "would add" if args.dry_run else "added"
+    for old, new in report.renamed.items():
+        out.write(f"renamed {old!r} to {new!r} (server keys allow letters, digits, '-' and '_', no '__')\n")
+    for name in report.added:
+        out.write(f"{verb} [servers.{name}]\n")
+    for name in report.replaced:
+        out.write(f"{'would replace' if args.dry_run else 'replaced'} [servers.{name}]\n")
+    for name in report.skipped:
+        out.write(f"kept the existing [servers.{name}] (use --overwrite to replace it)\n")
+    for name, why in report.unsupported.items():
+        out.write(f"skipped {name!r}: {why}\n")
+    out.write(f"{'dry run: nothing written to' if args.dry_run else 'wrote'} {target}\n")
+    return EXIT_OK
+
+
+def _claude_config(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    if args.http:
+        entry: dict[str, Any] = {
+            "type": "http",
+            "url": args.http,
+            "headers": {"Authorization": "Bearer ${OMEGA_TOKEN}"},
+        }
+    else:
+        script = Path(sys.executable).with_name("omega-mcp")
+        found = str(script) if script.exists() else shutil.which("omega-mcp")
+        command, prefix = (found, []) if found else (sys.executable, ["-m", "omega_mcp"])
+        cli_args = [*prefix, "serve"]
+        if config.path is not None:
+            cli_args += ["--config", str(config.path)]
+        entry = {"type": "stdio", "command": command, "args": cli_args, "env": {}}
+    out.write(json.dumps({"mcpServers": {"omega": entry}}, indent=2) + "\n")
+    return EXIT_OK
+
+
+async def _agent(config: Config, args: argparse.Namespace, out: TextIO) -> int:
+    from omega_mcp.agent.command import run_agent_command
+
+    async with _open_toolbox(config, args) as toolbox:
+        return await run_agent_command(
+            prompt=args.prompt,
+            config=config,
+            tools=toolbox,
+            provider=args.provider,
+            model=args.model,
+            base_url=args.base_url,
+            max_turns=args.max_turns,
+            no_tools=args.no_tools,
+            allow_tools=args.allow_tool,
+            system=args.system,
+            json_output=args.json,
+            stdout=out,
+            stderr=sys.stderr,
+            environ=os.environ,
+        )
+
+
+async def _dispatch(config: Config, args: argparse.Namespace) -> int:
+    out = sys.stdout
+    match args.command:
+        case "serve":
+            return await _serve(config, args)
+        case "tools":
+            return await _tools(config, args, out)
+        case "call":
+            return await _call(config, args, out)
+        case "agent":
+            return await _agent(config, args, out)
+        case "import":
+            return _import(config, args, out)
+        case _:
+            return _claude_config(config, args, out)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (task groups wrap what their bodies raise)."""
+    while True:
+        if not isinstance(exc, BaseExceptionGroup):
+            return exc
+        inner: tuple[BaseException, ...] = cast(BaseExceptionGroup[BaseException], exc).exceptions
+        if not inner:
+            return cast(BaseException, exc)
+        exc = inner[0]
+
+
+def _run(config: Config, args: argparse.Namespace) -> int:
+    try:
+        return anyio.run(_dispatch, config, args)
+    except BaseExceptionGroup as group:
+        raise _unwrap(group) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.log_level is None:
+        # The hub reports its startup and sandbox on stderr; one-shot commands stay quiet.
+        args.log_level = "info" if args.command == "serve" else "warning"
+    try:
+        _setup_logging(args.log_level)
+        config = load_config(args.config)
+        if args.command != "claude-config":
+            # Downstream servers start loading now, while omega itself is still importing the SDK.
+            spawn.prespawn(config)
+        try:
+            return _run(config, args)
+        finally:
+            spawn.discard_all()
+    except (ConfigError, _UsageError) as exc:
+        sys.stderr.write(f"omega-mcp: error: {exc}\n")
+        return EXIT_USAGE
+    except OmegaError as exc:
+        sys.stderr.write(f"omega-mcp: {exc}\n")
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130

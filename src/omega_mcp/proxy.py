@@ -1,0 +1,433 @@
+"""The aggregator: a supervisor holding one long-lived session per `[servers.NAME]` entry.
+
+Every enabled server is connected in parallel by its own task, each attempt bounded by its
+`connect_timeout`; one that fails to start, hangs or crashes is logged, marked down (its tools
+leave the namespace, calls to them get an isError saying why and when omega retries) and retried
+with exponential backoff (1 s doubling to 60 s, reset after 30 s up), while the others keep
+working. Startup, decided: `initialize` is answered at once; the first `tools/list` waits until
+every server has connected or failed (at most `startup_wait_seconds`: 10 s under `serve`), and
+servers arriving later are announced with `notifications/tools/list_changed`, like every change
+of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
+Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
+does, it carries list_changed and cancellation, and costs no `server/discover` probe.
+Prompts and resources are re-exported by the rules in proxy_catalog.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import anyio
+import anyio.abc
+from mcp import types
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from omega_mcp.config import Config
+from omega_mcp.names import normalize
+from omega_mcp.proxy_calls import error, forward_call
+from omega_mcp.proxy_catalog import Exports
+from omega_mcp.proxy_session import DownstreamSession
+from omega_mcp.proxy_spec import Catalog, DownstreamSpec
+
+__all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
+
+logger = logging.getLogger(__name__)
+
+
+ServerState = Literal["connecting", "connected", "failed", "restarting", "disabled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """One server as `omega-mcp tools` shows it."""
+
+    server_name: str
+    state: ServerState
+    reason: str | None
+    retry_in_seconds: float | None
+    tools: tuple[str, ...]
+    pid: int | None = None
+
+
+@dataclass(slots=True)
+class _Entry:
+    spec: DownstreamSpec
+    state: ServerState = "connecting"
+    reason: str | None = None
+    retry_at: float | None = None
+    session: DownstreamSession | None = None
+    attempt: DownstreamSession | None = None
+    catalog: Catalog = field(default_factory=Catalog)
+    tools_by_name: Mapping[str, types.Tool] | None = None
+    settled: bool = False
+
+
+def _children(exc: BaseException) -> tuple[BaseException, ...]:
+    group: object = exc
+    return getattr(group, "exceptions", ()) if isinstance(exc, BaseExceptionGroup) else ()
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups: task groups wrap what they raise."""
+    children = _children(exc)
+    return _first_leaf(children[0]) if children else exc
+
+
+class Downstreams:
+    """The downstream servers of one omega process (implements `toolbox.Downstreams`).
+
+    Use as an async context manager: entering starts every supervisor and returns at once;
+    exiting stops them, and every downstream process with them.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[DownstreamSpec],
+        *,
+        startup_wait_seconds: float | None = None,
+        backoff_seconds: float = 1.0,
+        backoff_max_seconds: float = 60.0,
+        stable_seconds: float = 30.0,
+    ) -> None:
+        self._entries = {
+            spec.server_name: _Entry(spec, state="connecting" if spec.enabled else "disabled") for spec in specs
+        }
+        self._startup_wait = startup_wait_seconds
+        self._backoff = (backoff_seconds, backoff_max_seconds, stable_seconds)
+        self._versions = [0, 0, 0]
+        self._changed = anyio.Event()
+        self._settled = anyio.Event()
+        self._tools_cache: tuple[tuple[str, types.Tool], ...] | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._logged: set[tuple[str, str]] = set()
+        self._exports = Exports()
+        self._update_settled()
+
+    @classmethod
+    def from_config(cls, config: Config, **options: Any) -> Downstreams:
+        """One spec per `[servers.NAME]` entry, in config order."""
+        return cls([DownstreamSpec.from_config(name, entry) for name, entry in config.servers.items()], **options)
+
+    async def __aenter__(self) -> Self:
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        for entry in self._entries.values():
+            if entry.spec.enabled:
+                task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
+        self._task_group = task_group
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        task_group, self._task_group = self._task_group, None
+        if task_group is not None:
+            # Each session closes under its own shielded, bounded cleanup while this unwinds.
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(exc_type, exc, tb)
+
+    # -- supervision -------------------------------------------------------------------------
+
+    async def _supervise(self, entry: _Entry) -> None:
+        base, ceiling, stable = self._backoff
+        failures = 0
+        while True:
+            connected_at, reason = await self._run_session(entry)
+            now = anyio.current_time()
+            if connected_at is not None and now - connected_at >= stable:
+                failures = 0
+            delay = min(base * 2**failures, ceiling)
+            failures += 1
+            entry.state = "failed" if entry.state in ("connecting", "failed") else "restarting"
+            entry.reason, entry.retry_at = reason, now + delay
+            self._log_down(entry, reason, delay)
+            self._mark_settled(entry)
+            await anyio.sleep(delay)
+            entry.retry_at = None
+
+    async def _run_session(self, entry: _Entry) -> tuple[float | None, str]:
+        """Connect, publish, follow notifications until the connection ends; returns why it ended."""
+        spec = entry.spec
+        session = entry.attempt = DownstreamSession(spec)
+        connected_at: float | None = None
+        with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
+            try:
+                async with session:
+                    catalog = await session.catalog()
+                    connect_scope.deadline = math.inf
+                    connected_at = anyio.current_time()
+                    self._publish(entry, session, catalog)
+                    try:
+                        await self._follow(entry, session)
+                    finally:
+                        self._unpublish(entry, session)
+            except Exception as exc:  # any failure of one server is that server's state, not ours
+                return connected_at, self._failure(session, _first_leaf(exc))
+        if connect_scope.cancelled_caught:
+            return None, self._with_exit(
+                session, f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)"
+            )
+        return connected_at, self._with_exit(session, session.close_reason or "the connection ended")
+
+    async def _follow(self, entry: _Entry, session: DownstreamSession) -> None:
+        while True:
+            kinds = await session.next_signals()
+            if session.closed.is_set():
+                return
+            catalog = entry.catalog
+            try:
+                with anyio.fail_after(entry.spec.timeout_seconds):
+                    if "tools" in kinds:
+                        catalog = replace(catalog, tools=await session.list_tools())
+                    if "prompts" in kinds:
+                        catalog = replace(catalog, prompts=await session.list_prompts())
+                    if "resources" in kinds:
+                        resources, templates = await session.list_resources()
+                        catalog = replace(catalog, resources=resources, resource_templates=templates)
+            except (MCPError, TimeoutError, ValidationError) as exc:
+                logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
+                continue
+            self._publish(entry, session, catalog)
+
+    def _with_exit(self, session: DownstreamSession, reason: str) -> str:
+        stdio = session.stdio
+        if stdio is not None and stdio.exited_by_itself:
+            return f"{reason} ({stdio.exit_detail()})"
+        return reason
+
+    def _failure(self, session: DownstreamSession, exc: BaseException) -> str:
+        if isinstance(exc, OSError) and session.stdio is not None and session.stdio.pid is None:
+            return f"cannot start {session.stdio.params.command!r}: {exc.strerror or exc}"
+        if isinstance(exc, MCPError):
+            if exc.code == types.CONNECTION_CLOSED:
+                return self._with_exit(session, "the connection closed during the handshake")
+            return self._with_exit(session, f"handshake failed: {exc.message}")
+        if isinstance(session.spec.target, str):
+            return f"cannot reach {session.spec.target}: {type(exc).__name__}: {exc}"
+        return self._with_exit(session, f"{type(exc).__name__}: {exc}")
+
+    def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
+        name = entry.spec.server_name
+        key = (name, reason)
+        level = logging.DEBUG if key in self._logged else logging.WARNING
+        self._logged.add(key)
+        logger.log(level, "server %s is down: %s; retrying in %g s", name, reason, delay)
+
+    # -- publication -------------------------------------------------------------------------
+
+    def _publish(self, entry: _Entry, session: DownstreamSession, catalog: Catalog) -> None:
+        if entry.session is not session:
+            info = session.server_info
+            logger.info(
+                "server %s connected (%s): %d tools",
+                entry.spec.server_name,
+                f"{info.name} {info.version}" if info else "unnamed",
+                len(catalog.tools),
+            )
+        entry.session, entry.state, entry.reason, entry.retry_at = session, "connected", None, None
+        self._replace_catalog(entry, catalog)
+        self._mark_settled(entry)
+
+    def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
+        entry.session = None
+        entry.state, entry.reason = "restarting", session.close_reason or "the connection ended"
+        self._replace_catalog(entry, Catalog())
+
+    def _replace_catalog(self, entry: _Entry, catalog: Catalog) -> None:
+        old, entry.catalog = entry.catalog, catalog
+        entry.tools_by_name = {t.name: t for t in catalog.tools}
+        changed = (
+            old.tools != catalog.tools,
+            old.prompts != catalog.prompts,
+            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates),
+        )
+        if not any(changed):
+            return
+        for i, flag in enumerate(changed):
+            self._versions[i] += flag
+        if changed[0]:
+            self._tools_cache = None
+        self._poke()
+
+    def _mark_settled(self, entry: _Entry) -> None:
+        entry.settled = True
+        self._update_settled()
+
+    def _update_settled(self) -> None:
+        if not self._settled.is_set() and all(e.settled or not e.spec.enabled for e in self._entries.values()):
+            self._settled.set()
+            self._poke()
+
+    def _poke(self) -> None:
+        event, self._changed = self._changed, anyio.Event()
+        event.set()
+
+    # -- the change feed and readiness -------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the set of exported tools changes."""
+        return self._versions[0]
+
+    def versions(self) -> tuple[int, int, int]:
+        """Change counters of (tools, prompts, resources)."""
+        return self._versions[0], self._versions[1], self._versions[2]
+
+    async def wait_changed(self) -> None:
+        """Return after the next change of any exported list."""
+        await self._changed.wait()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every enabled server has connected or failed at least once."""
+        return self._settled.is_set()
+
+    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
+        """Wait until every server connected or failed once (or `until()` holds after a change).
+
+        Bounded by `startup_wait_seconds`, by default by the longest connect timeout.
+        """
+        if self._task_group is None:
+            return
+        bound = self._startup_wait
+        if bound is None:  # the whole first round; each attempt ends within its connect timeout
+            bound = max((e.spec.connect_timeout_seconds for e in self._entries.values()), default=0) + 10
+        with anyio.move_on_after(bound):
+            while not self._settled.is_set() and not (until is not None and until()):
+                await self._changed.wait()
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def tools(self) -> Sequence[tuple[str, types.Tool]]:
+        """Every exported tool as `(server_name, tool)`: config order, then each server's order."""
+        if self._tools_cache is None:
+            self._tools_cache = tuple(
+                (name, tool) for name, entry in self._entries.items() for tool in entry.catalog.tools
+            )
+        return self._tools_cache
+
+    def get_tool(self, server_name: str, tool_name: str) -> types.Tool | None:
+        """One exported tool by its route, or None."""
+        entry = self._entries.get(server_name)
+        return entry.tools_by_name.get(tool_name) if entry is not None and entry.tools_by_name else None
+
+    def connected(self, server_name: str) -> tuple[DownstreamSession, float] | None:
+        """The live session of a server and its request timeout, or None while it is down."""
+        entry = self._entries.get(server_name)
+        if entry is None or entry.session is None:
+            return None
+        return entry.session, entry.spec.timeout_seconds
+
+    def down_message(self, server_name: str) -> str:
+        """Why a server's tools cannot be called right now, and when omega tries again."""
+        entry = self._entries[server_name]
+        if entry.state == "disabled":
+            return f"server {server_name} is disabled (enabled = false in servers.toml)"
+        if entry.state == "connecting":
+            return f"server {server_name} is still starting; try again in a moment"
+        reason = entry.reason or "not connected"
+        if entry.retry_at is None:
+            return f"server {server_name} is down: {reason}; omega is reconnecting now"
+        wait = max(0, math.ceil(entry.retry_at - anyio.current_time()))
+        return f"server {server_name} is down: {reason}; omega will retry in {wait} s"
+
+    def unavailable(self, name: str) -> str | None:
+        """For a tool name that belongs to a server that is not connected, the reason; else None."""
+        for server_name, entry in self._entries.items():
+            if entry.session is not None:
+                continue
+            prefixes = (f"mcp__{normalize(server_name)}__", f"{server_name}.", f"{server_name}__")
+            if name.startswith(prefixes):
+                return self.down_message(server_name)
+        return None
+
+    async def call_tool_wire(
+        self,
+        server_name: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        progress: ProgressFnT | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Forward one call and return the downstream's result as wire JSON, untouched.
+
+        Failures (down server, timeout, lost connection, a JSON-RPC error) are isError results.
+        """
+        entry = self._entries.get(server_name)
+        if entry is None:
+            return error(f"no downstream server named {server_name!r}")
+        if entry.session is None:
+            return error(self.down_message(server_name))
+        return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+
+    async def call_tool(
+        self,
+        server_name: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        progress: ProgressFnT | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> types.CallToolResult:
+        """Like `call_tool_wire`, as an SDK model (for the agent loop and the CLI)."""
+        raw = await self.call_tool_wire(server_name, tool_name, arguments, progress=progress, meta=meta)
+        try:
+            return types.CallToolResult.model_validate(raw, by_name=False)
+        except ValidationError as exc:
+            text = f"server {server_name} returned an invalid result for {tool_name}: {exc.errors()[0]['msg']}"
+            return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+    # -- prompts and resources (rules in proxy_catalog) ---------------------------------------
+
+    def _connected(self) -> list[tuple[str, Catalog, DownstreamSession]]:
+        return [(n, e.catalog, e.session) for n, e in self._entries.items() if e.session is not None]
+
+    def prompts(self) -> list[types.Prompt]:
+        """Every downstream prompt as `<server>__<prompt>`, config order."""
+        return self._exports.prompts(self._connected())
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        """Fetch an exported prompt from its server.
+
+        Raises:
+            MCPError: unknown prompt (or its server is down), or the server's own error.
+        """
+        return await self._exports.get_prompt(self._connected(), name, arguments)
+
+    def resources(self) -> list[types.Resource]:
+        """Every downstream resource under its own URI; on a collision the first server wins."""
+        return self._exports.resources(self._connected())
+
+    def resource_templates(self) -> list[types.ResourceTemplate]:
+        """Every downstream resource template; on a collision the first server wins."""
+        return self._exports.resource_templates(self._connected())
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """Read a resource from the server listing it, else from the first with a matching template.
+
+        Raises:
+            MCPError: no connected server has the URI, or the server's own error.
+        """
+        return await self._exports.read_resource(self._connected(), uri)
+
+    # -- status ------------------------------------------------------------------------------
+
+    def statuses(self) -> list[ServerStatus]:
+        """Every configured server, config order, with its state and exported tool names."""
+        now = anyio.current_time() if self._task_group is not None else None
+        result: list[ServerStatus] = []
+        for name, entry in self._entries.items():
+            retry = max(0.0, entry.retry_at - now) if entry.retry_at is not None and now is not None else None
+            stdio = entry.session.stdio if entry.session is not None else None
+            pid = stdio.pid if stdio is not None else None
+            tools = tuple(t.name for t in entry.catalog.tools)
+            result.append(ServerStatus(name, entry.state, entry.reason, retry, tools, pid))
+        return result

@@ -1,0 +1,91 @@
+"""Forwarding one tools/call to a downstream session, and the isError wording of every failure.
+
+The downstream's result comes back as wire JSON and is handed on untouched (the hot path parses
+nothing it does not have to; only a result without a `content` list is checked against the SDK
+model). Every failure is an isError result a model can act on: a timeout (the request was
+cancelled downstream), a server that went away, a JSON-RPC error the server answered with, or a
+transport failure. The same sentences are used by the relay (relay.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp import types
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from omega_mcp.proxy_session import DownstreamSession
+
+__all__ = ["error", "forward_call", "refused", "timed_out", "went_away"]
+
+_RESERVED_META = "io.modelcontextprotocol/"
+
+
+def error(message: str) -> dict[str, Any]:
+    """An isError result (wire JSON) with one text block."""
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def timed_out(server_name: str, tool_name: str, timeout: float) -> str:
+    """The isError text of a call that ran past the server's `timeout`."""
+    return (
+        f"{tool_name} on server {server_name} timed out after {timeout:g} s and was cancelled "
+        f"(raise `timeout` in [servers.{server_name}] if it needs longer)"
+    )
+
+
+def went_away(server_name: str, tool_name: str) -> str:
+    """The isError text of a call whose server died under it."""
+    return f"server {server_name} went away during the call to {tool_name}; omega will restart it"
+
+
+def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
+    """The isError text of a call the server answered with a JSON-RPC error."""
+    return f"server {server_name} refused the call to {tool_name}: {message} (error {code})"
+
+
+def _checked(server_name: str, tool_name: str, result: dict[str, Any]) -> dict[str, Any]:
+    try:
+        model = types.CallToolResult.model_validate(result, by_name=False)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"])
+        return error(f"server {server_name} returned an invalid result for {tool_name}: `{where}`: {problem['msg']}")
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+async def forward_call(
+    session: DownstreamSession,
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    progress: ProgressFnT | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Send one tools/call and return the result as wire JSON; failures are isError results."""
+    server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
+    params: dict[str, Any] = {"name": tool_name, "arguments": arguments}
+    if meta:
+        # The progress token and the 2026 envelope keys belong to one hop (the dispatcher mints
+        # our own); everything else (a client's tracing or tool-use ids) passes on.
+        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_RESERVED_META)}
+        if forwarded:
+            params["_meta"] = forwarded
+    try:
+        result = await session.request("tools/call", params, timeout_seconds=timeout, progress=progress)
+    except MCPError as exc:
+        if exc.code == types.REQUEST_TIMEOUT:
+            return error(timed_out(server_name, tool_name, timeout))
+        if exc.code == types.CONNECTION_CLOSED:
+            session.lose("the server closed the connection")
+            return error(went_away(server_name, tool_name))
+        return error(refused(server_name, tool_name, exc.message, exc.code))
+    except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
+        session.lose(f"{type(exc).__name__}: {exc}")
+        return error(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
+    if not isinstance(result.get("content"), list):
+        return _checked(server_name, tool_name, result)
+    return result

@@ -1,0 +1,104 @@
+"""Downstream prompts and resources, re-exported: the naming and collision rules.
+
+Prompts are exported as `<server>__<prompt>` (server keys never contain `__`, so the name is
+unambiguous). Resources and resource templates keep their own URIs; when two servers list the
+same URI (or the same template), the first server in config order wins and each hidden one is
+logged once. `resources/read` goes to the server that lists the URI, else to the first server
+(config order) with a template matching it. Results are parsed into SDK models here: this is
+not the hot path, and the 2026-era wire needs fields (`resultType`) older servers leave out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from mcp import types
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+from omega_mcp.proxy_session import DownstreamSession
+from omega_mcp.proxy_spec import Catalog
+
+__all__ = ["Connected", "Exports"]
+
+logger = logging.getLogger(__name__)
+
+Connected = Sequence[tuple[str, Catalog, DownstreamSession]]
+"""The connected servers in config order: `(server_name, catalog, session)`."""
+
+
+def _matches(template: str, uri: str) -> bool:
+    try:
+        return UriTemplate.parse(template).match(uri) is not None
+    except (InvalidUriTemplate, ValueError):
+        return False
+
+
+class Exports:
+    """The re-exported prompts and resources of a changing set of connected servers."""
+
+    def __init__(self) -> None:
+        self._warned: set[tuple[str, str, str]] = set()
+
+    def prompts(self, connected: Connected) -> list[types.Prompt]:
+        """Every downstream prompt as `<server>__<prompt>`, config order."""
+        return [p.model_copy(update={"name": f"{name}__{p.name}"}) for name, c, _ in connected for p in c.prompts]
+
+    async def get_prompt(
+        self, connected: Connected, name: str, arguments: dict[str, str] | None
+    ) -> types.GetPromptResult:
+        """Fetch an exported prompt from its server.
+
+        Raises:
+            MCPError: unknown prompt (or its server is down), or the server's own error.
+        """
+        for server_name, catalog, session in connected:
+            prompt_name = name.removeprefix(f"{server_name}__")
+            if prompt_name != name and any(p.name == prompt_name for p in catalog.prompts):
+                params: dict[str, Any] = {"name": prompt_name}
+                if arguments is not None:
+                    params["arguments"] = arguments
+                raw = await session.request("prompts/get", params, timeout_seconds=session.spec.timeout_seconds)
+                return types.GetPromptResult.model_validate(raw, by_name=False)
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
+
+    def _first_wins(self, kind: str, items: list[tuple[str, str, Any]]) -> list[Any]:
+        owners: dict[str, str] = {}
+        kept: list[Any] = []
+        for server_name, key, item in items:
+            if key not in owners:
+                owners[key] = server_name
+                kept.append(item)
+            elif (kind, server_name, key) not in self._warned:
+                self._warned.add((kind, server_name, key))
+                logger.warning(
+                    "%s %s of server %s is hidden: server %s lists it first", kind, key, server_name, owners[key]
+                )
+        return kept
+
+    def resources(self, connected: Connected) -> list[types.Resource]:
+        """Every downstream resource under its own URI; on a collision the first server wins."""
+        return self._first_wins("resource", [(n, r.uri, r) for n, c, _ in connected for r in c.resources])
+
+    def resource_templates(self, connected: Connected) -> list[types.ResourceTemplate]:
+        """Every downstream resource template; on a collision the first server wins."""
+        items = [(n, t.uri_template, t) for n, c, _ in connected for t in c.resource_templates]
+        return self._first_wins("resource template", items)
+
+    async def read_resource(self, connected: Connected, uri: str) -> types.ReadResourceResult:
+        """Read a resource from the server listing it, else from the first with a matching template.
+
+        Raises:
+            MCPError: no connected server has the URI, or the server's own error.
+        """
+        owner = next((s for _, c, s in connected if any(r.uri == uri for r in c.resources)), None)
+        if owner is None:
+            owner = next(
+                (s for _, c, s in connected if any(_matches(t.uri_template, uri) for t in c.resource_templates)), None
+            )
+        if owner is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+        raw = await owner.request("resources/read", {"uri": uri}, timeout_seconds=owner.spec.timeout_seconds)
+        return types.ReadResourceResult.model_validate(raw, by_name=False)

@@ -1,0 +1,357 @@
+"""One live connection to a downstream MCP server: transport, handshake, listings, raw requests.
+
+A `DownstreamSession` lives for one connection attempt; the supervisor in `proxy.py` makes a new
+one for every (re)start. It is assembled from SDK parts exactly as `mcp.Client(mode="legacy")`
+does (transport streams → `JSONRPCDispatcher` → `ClientSession` → `initialize`), because the
+handshake era is what every server in the wild speaks, carries `notifications/*/list_changed`
+and `notifications/cancelled`, and costs no `server/discover` probe. Holding the dispatcher lets
+a `tools/call` go out and come back as plain JSON: the downstream's result is handed upstream
+without being parsed into models and dumped again (the hot path). A stdio server started early
+by `spawn.prespawn` was already sent `initialize`: its answer is read and adopted instead.
+`closed` fires when the transport reaches EOF (a stdio server exiting), which is how a crash is
+noticed; remote URLs try streamable HTTP, then SSE (SSE first for URLs ending in `/sse`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+
+import anyio
+import httpx2
+from mcp import types
+from mcp.client._memory import InMemoryTransport
+from mcp.client.session import ClientSession, IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.lowlevel import Server
+from mcp.shared._stream_protocols import ReadStream
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from omega_mcp import __version__
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target
+from omega_mcp.proxy_stdio import StdioTransport
+from omega_mcp.spawn import INIT_ID
+
+__all__ = ["DownstreamSession"]
+
+logger = logging.getLogger(__name__)
+
+
+_CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
+_PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
+_T = TypeVar("_T")
+
+
+class _EofWatch:
+    """A read stream that reports its end (the peer went away) before passing it on."""
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], on_eof: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_eof = on_eof
+
+    def __getattr__(self, name: str) -> Any:  # `last_context` and friends, when the inner stream has them
+        return getattr(self._inner, name)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_eof()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class DownstreamSession:
+    """A connected, initialized session with one downstream server (enter to connect).
+
+    Raises on enter:
+        OSError: a stdio command cannot be started.
+        MCPError: the server refused or failed the handshake (or the connection closed during it).
+        Exception: whatever the HTTP transport raises for an unreachable URL.
+    """
+
+    def __init__(self, spec: DownstreamSpec) -> None:
+        self.spec = spec
+        self.closed = anyio.Event()
+        self.close_reason: str | None = None
+        self.stdio: StdioTransport | None = None
+        self.capabilities = types.ServerCapabilities()
+        self.server_info: types.Implementation | None = None
+        self._signals: set[str] = set()
+        self._wake = anyio.Event()
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._session: ClientSession | None = None
+        self._headers: dict[str, str] = {}
+        self._stack: AsyncExitStack | None = None
+        self.pipes: tuple[PipeReader, PipeWriter] | None = None
+        """The raw pipes of a stdio server (the tools/call relay writes and intercepts on them)."""
+        self._close_callbacks: list[Callable[[], None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        target = self.spec.target
+        if isinstance(target, str):
+            self._stack = await self._connect_url(target)
+        else:
+            async with AsyncExitStack() as stack:
+                await self._connect(stack, self._transport(target))
+                self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._stack = self._stack, None
+        try:
+            self._lost("omega is shutting the connection down")
+        finally:
+            if stack is not None:
+                await stack.__aexit__(exc_type, exc, tb)
+
+    def _transport(self, target: Target) -> AbstractAsyncContextManager[Streams]:
+        if isinstance(target, Server):
+            return InMemoryTransport(cast(Server[Any], target))
+        if isinstance(target, StdioServerParameters):
+            self.stdio = StdioTransport(target, server_name=self.spec.server_name)
+            return self.stdio
+        if isinstance(target, str):
+            raise TypeError("URL targets are connected by _connect_url")
+        return target()
+
+    async def _connect_url(self, url: str) -> AsyncExitStack:
+        """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`)."""
+        headers = dict(self.spec.headers)
+
+        def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+            # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
+            client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            stack.push_async_callback(client.aclose)
+            return streamable_http_client(url, http_client=client)
+
+        def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+            return sse_client(url, headers=headers)
+
+        attempts = [sse, streamable] if url.rstrip("/").endswith("/sse") else [streamable, sse]
+        first_error: Exception | None = None
+        for make in attempts:
+            try:
+                async with AsyncExitStack() as stack:
+                    await self._connect(stack, make(stack))
+                    return stack.pop_all()
+            except Exception as exc:  # the other transport may still work; report the first failure
+                logger.debug("[%s] %s transport failed: %r", self.spec.server_name, make.__name__, exc)
+                first_error = first_error or exc
+        assert first_error is not None
+        raise first_error
+
+    async def _connect(self, stack: AsyncExitStack, transport: AbstractAsyncContextManager[Streams]) -> None:
+        read, write = await stack.enter_async_context(transport)
+        early: dict[str, Any] | None = None
+        if isinstance(read, PipeReader) and isinstance(write, PipeWriter):
+            self.pipes = (read, write)
+            if self.stdio is not None and self.stdio.early_initialize:
+                early = await self._early_answer(read)
+        dispatcher = JSONRPCDispatcher[Any](
+            _EofWatch(read, lambda: self._lost("the server closed the connection")), write
+        )
+        session = ClientSession(dispatcher=dispatcher, client_info=_CLIENT_INFO, message_handler=self._on_message)
+        await stack.enter_async_context(session)
+        if early is None:
+            result = await session.initialize()
+        else:
+            # spawn.prespawn already sent `initialize`: take its answer and finish the handshake.
+            result = types.InitializeResult.model_validate(early, by_name=False)
+            if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+                raise MCPError(types.INVALID_REQUEST, f"unsupported protocol version {result.protocol_version}")
+            session.adopt(result)
+            await session.send_notification(types.InitializedNotification())
+        self._dispatcher, self._session = dispatcher, session
+        self.capabilities = result.capabilities
+        self.server_info = result.server_info
+        # What the SDK's handshake-era stamp sets; only the HTTP transport reads it.
+        self._headers = {MCP_PROTOCOL_VERSION_HEADER: result.protocol_version}
+
+    async def _early_answer(self, read: PipeReader) -> dict[str, Any]:
+        """The answer to the `initialize` that `spawn.prespawn` wrote before the SDK was loaded."""
+        while True:
+            try:
+                item = await read.receive()
+            except anyio.EndOfStream:
+                raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+            if not isinstance(item, SessionMessage):
+                continue
+            message = item.message
+            if isinstance(message, types.JSONRPCResponse) and message.id == INIT_ID:
+                return message.result
+            if isinstance(message, types.JSONRPCError) and message.id == INIT_ID:
+                raise MCPError.from_error_data(message.error)
+            # Anything before the answer (a log line as a notification) has no session to go to yet.
+
+    # -- signals from the downstream ---------------------------------------------------------
+
+    def _lost(self, reason: str) -> None:
+        if not self.closed.is_set():
+            self.close_reason = reason
+            self.closed.set()
+            self._wake.set()
+            for callback in self._close_callbacks:
+                try:
+                    callback()
+                except Exception:  # boundary: an observer must not break the connection's shutdown
+                    logger.exception("[%s] close callback failed", self.spec.server_name)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (synchronously, once) when the connection ends."""
+        if self.closed.is_set():
+            callback()
+        else:
+            self._close_callbacks.append(callback)
+
+    def lose(self, reason: str) -> None:
+        """Declare the connection dead (a call saw it fail); the supervisor will reconnect."""
+        self._lost(reason)
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            logger.debug("[%s] transport error: %r", self.spec.server_name, message)
+            return
+        match message:
+            case types.ToolListChangedNotification():
+                self._signal("tools")
+            case types.PromptListChangedNotification():
+                self._signal("prompts")
+            case types.ResourceListChangedNotification():
+                self._signal("resources")
+            case _:
+                pass
+
+    def _signal(self, kind: str) -> None:
+        self._signals.add(kind)
+        self._wake.set()
+
+    async def next_signals(self) -> set[str]:
+        """Wait for list_changed notifications (or the end); returns the kinds that changed."""
+        await self._wake.wait()
+        self._wake = anyio.Event()
+        kinds, self._signals = self._signals, set()
+        if self.closed.is_set():
+            self._wake.set()  # stay awake: every later wait returns at once
+        return kinds
+
+    # -- listings ----------------------------------------------------------------------------
+
+    @property
+    def session(self) -> ClientSession:
+        """The SDK session (only while entered)."""
+        if self._session is None:
+            raise RuntimeError("DownstreamSession used outside its context")
+        return self._session
+
+    async def _paginate(
+        self, fetch: Callable[[types.PaginatedRequestParams | None], Awaitable[Any]], items: str
+    ) -> list[Any]:
+        found: list[Any] = []
+        cursor: str | None = None
+        for _ in range(_PAGE_LIMIT):
+            page = await fetch(types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            found.extend(getattr(page, items))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return found
+
+    async def list_tools(self) -> tuple[types.Tool, ...]:
+        """Every tool the spec's globs let through, in the server's order."""
+        tools: list[types.Tool] = await self._paginate(lambda p: self.session.list_tools(params=p), "tools")
+        return tuple(t for t in tools if self.spec.exports(t.name))
+
+    async def _optional(self, kind: str, fetch: Callable[[], Awaitable[Sequence[_T]]]) -> tuple[_T, ...]:
+        try:
+            return tuple(await fetch())
+        except Exception as exc:  # a broken optional listing must not take the server's tools down
+            logger.warning("[%s] listing %s failed: %s", self.spec.server_name, kind, exc)
+            return ()
+
+    async def list_prompts(self) -> tuple[types.Prompt, ...]:
+        """The server's prompts (empty when it has none or listing them fails)."""
+        if self.capabilities.prompts is None:
+            return ()
+        return await self._optional(
+            "prompts", lambda: self._paginate(lambda p: self.session.list_prompts(params=p), "prompts")
+        )
+
+    async def list_resources(self) -> tuple[tuple[types.Resource, ...], tuple[types.ResourceTemplate, ...]]:
+        """The server's resources and resource templates (empty when it has none)."""
+        if self.capabilities.resources is None:
+            return (), ()
+        session = self.session
+        resources = await self._optional(
+            "resources", lambda: self._paginate(lambda p: session.list_resources(params=p), "resources")
+        )
+        templates = await self._optional(
+            "resource templates",
+            lambda: self._paginate(lambda p: session.list_resource_templates(params=p), "resource_templates"),
+        )
+        return resources, templates
+
+    async def catalog(self) -> Catalog:
+        """Everything the server exports, listed afresh."""
+        tools = await self.list_tools()
+        prompts = await self.list_prompts()
+        resources, templates = await self.list_resources()
+        return Catalog(tools, prompts, resources, templates)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout_seconds: float,
+        progress: ProgressFnT | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return the raw result dict (unparsed: it is passed on as is).
+
+        Raises:
+            MCPError: the server answered with an error, the request timed out (`REQUEST_TIMEOUT`,
+                after sending `notifications/cancelled`) or the connection closed (`CONNECTION_CLOSED`).
+        """
+        if self._dispatcher is None:
+            raise RuntimeError("DownstreamSession used outside its context")
+        opts: CallOptions = {"timeout": timeout_seconds, "headers": dict(self._headers)}
+        if progress is not None:
+            opts["on_progress"] = progress
+        return await self._dispatcher.send_raw_request(method, params, opts)

@@ -1,0 +1,221 @@
+"""The stdio transport for downstream servers: one subprocess, newline-delimited JSON-RPC on its pipes.
+
+It does what the SDK's `stdio_client` does (the server runs in its own process group, env is the
+SDK's safe default environment plus the server's `env`, shutdown closes stdin, waits, then
+SIGTERMs and SIGKILLs the group, under a shielded scope with every step bounded; processes are
+started by `spawn.py`, which may have done so before the SDK was even imported), but talks to
+the pipes through `pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
+what a supervisor needs: the pid, the exit status and the last lines of stderr, so "server X is
+down" can say why. The server's stderr goes to our log, line by line. A crash is noticed by the
+exit status as well as by EOF: a grandchild that inherited stdout can keep the pipe open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections import deque
+from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import anyio
+from mcp.client.stdio import StdioServerParameters
+
+from omega_mcp import spawn
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.spawn import Spawned
+
+__all__ = ["StdioTransport"]
+
+logger = logging.getLogger(__name__)
+
+_EXIT_GRACE_SECONDS = 2.0
+"""How long a server gets to exit by itself after its stdin closes."""
+_KILL_GRACE_SECONDS = 2.0
+"""SIGTERM → SIGKILL escalation delay for the process group."""
+_POLL_SECONDS = 0.01
+_EXIT_WATCH_SECONDS = 0.2
+_STDERR_TAIL_LINES = 20
+_STDERR_LINE_LIMIT = 8192
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # EPERM proves nothing about the group being gone
+    return True
+
+
+class StdioTransport:
+    """An async context manager yielding `(read_stream, write_stream)` for one server process.
+
+    Raises on enter:
+        OSError: the command cannot be started (not found, not executable, bad cwd).
+    """
+
+    def __init__(self, params: StdioServerParameters, *, server_name: str) -> None:
+        self.params = params
+        self.server_name = server_name
+        self.label = f"[{server_name}]"
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+        self.exited_by_itself = False
+        """Whether the server exited (or closed stdout) before omega asked it to stop."""
+        self.early_initialize = False
+        """Whether `initialize` was already sent by `spawn.prespawn` (its answer is the first to read)."""
+        self._stopping = False
+        self._stopped = False
+        self._open_fds: set[int] = set()
+        self._cm: AbstractAsyncContextManager[Any] | None = None
+
+    async def __aenter__(self) -> tuple[PipeReader, PipeWriter]:
+        self._cm = self._run()
+        return await self._cm.__aenter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        cm, self._cm = self._cm, None
+        if cm is not None:
+            await cm.__aexit__(exc_type, exc, tb)
+
+    def _spawn(self) -> Spawned:
+        params = self.params
+        env = params.env or None
+        spawned = spawn.adopt(self.server_name, params.command, params.args, env, params.cwd)
+        if spawned is None:
+            spawned = spawn.spawn(params.command, params.args, env, params.cwd)
+        self.early_initialize = spawned.initialize_sent
+        self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
+        return spawned
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncGenerator[tuple[PipeReader, PipeWriter]]:
+        spawned = self._spawn()
+        # No await between the spawn and the try below: a cancellation there would leak the process.
+        process = spawned.process
+        self.pid = process.pid
+        reader = PipeReader(spawned.stdout, label=self.label)
+        writer = PipeWriter(spawned.stdin, label=self.label)
+        try:
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(self._read_stderr, spawned.stderr)
+                task_group.start_soon(self._watch_exit, process, reader)
+                try:
+                    yield reader, writer
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._stop(process, reader, writer)
+                    task_group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not self._stopped:  # we never got as far as the shutdown above
+                    await self._stop(process, reader, writer)
+            self._close_fds()
+
+    def _close_fd(self, fd: int) -> None:
+        if fd in self._open_fds:
+            self._open_fds.discard(fd)
+            anyio.notify_closing(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _close_fds(self) -> None:
+        for fd in list(self._open_fds):
+            self._close_fd(fd)
+
+    async def _stop(self, process: subprocess.Popen[bytes], reader: PipeReader, writer: PipeWriter) -> None:
+        """Close stdin, wait for a voluntary exit, then kill the whole group (every step bounded)."""
+        if reader.at_eof or process.poll() is not None:
+            self.exited_by_itself = True  # it went away before we asked
+        self._stopping = True
+        writer.abort()
+        self._close_fd(writer.fd)  # EOF on the server's stdin: the spec's polite "please exit"
+        await self._wait_exit(process, _EXIT_GRACE_SECONDS)
+        # Even after a clean exit, children it left in its group (npx → node) must go too.
+        await self._kill_group(process)
+        if not await self._wait_exit(process, _KILL_GRACE_SECONDS):
+            logger.warning("%s: process %s survived SIGKILL; abandoning it", self.label, process.pid)
+        self._stopped = True
+
+    async def _kill_group(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGTERM the server's process group, SIGKILL what is left after the grace period."""
+        pgid = process.pid  # start_new_session: the leader's pid is the group id (even once it is reaped)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                return
+            except PermissionError:
+                pass  # a member we may not signal; keep going, the wait below is bounded
+            with anyio.move_on_after(_KILL_GRACE_SECONDS):
+                while _group_alive(pgid):
+                    process.poll()  # reap the leader, or it keeps the group alive as a zombie
+                    await anyio.sleep(_POLL_SECONDS)
+                return
+
+    async def _wait_exit(self, process: subprocess.Popen[bytes], seconds: float) -> bool:
+        with anyio.move_on_after(seconds):
+            while process.poll() is None:  # noqa: ASYNC110 - an exit status has no event to wait on
+                await anyio.sleep(_POLL_SECONDS)
+        self.returncode = process.returncode
+        return process.returncode is not None
+
+    async def _watch_exit(self, process: subprocess.Popen[bytes], reader: PipeReader) -> None:
+        while process.poll() is None:  # noqa: ASYNC110 - an exit status has no event to wait on
+            await anyio.sleep(_EXIT_WATCH_SECONDS)
+        self.returncode = process.returncode
+        self.exited_by_itself = self.exited_by_itself or not self._stopping
+        reader.abort()  # deliver what it wrote before dying, then end the stream
+
+    async def _read_stderr(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                try:
+                    await anyio.wait_readable(fd)
+                except anyio.ClosedResourceError:
+                    break
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._stderr_line(line)
+            if len(pending) > _STDERR_LINE_LIMIT:  # a server writing without newlines must not grow us unbounded
+                self._stderr_line(pending)
+                pending = b""
+        if pending:
+            self._stderr_line(pending)
+
+    def _stderr_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip()
+        if line:
+            self.stderr_tail.append(line)
+            logger.info("%s: %s", self.label, line)
+
+    def exit_detail(self) -> str:
+        """How the process ended, with its last stderr line: `exit status 1: ModuleNotFoundError: ...`."""
+        code = self.returncode
+        if code is None:
+            status = "process still running"
+        elif code < 0:
+            status = f"killed by signal {-code}"
+        else:
+            status = f"exit status {code}"
+        last = self.stderr_tail[-1] if self.stderr_tail else ""
+        return f"{status}: {last}" if last else status

@@ -1,0 +1,251 @@
+"""The tools/call relay: handshake-era calls from a stdio client to a stdio server, as plain JSON.
+
+When omega serves stdio and a call targets a stdio downstream, the SDK machinery on both sides
+(dispatch tasks, request models, stream hops) is most of what the proxy hop costs. The relay
+takes such a `tools/call` off the client's pipe (`PipeReader.intercept`), checks it exactly as
+the Toolbox does (route from the namespace dict, arguments against the compiled validator),
+writes it to the server's pipe under its own request id and writes the server's answer back
+under the client's id, otherwise untouched. Progress tokens and `notifications/cancelled` are
+mapped both ways, the server's `timeout` cancels downstream and answers isError, and a server
+that dies fails its pending calls. Anything else — a built-in, a down server, invalid arguments,
+a 2026-era client, a call before the handshake — is left to the SDK path, which answers the same.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+
+from omega_mcp.errors import InvalidArgumentsError
+from omega_mcp.pipes import PipeWriter
+from omega_mcp.proxy import Downstreams
+from omega_mcp.proxy_calls import refused, timed_out, went_away
+from omega_mcp.proxy_session import DownstreamSession
+from omega_mcp.toolbox import Toolbox
+
+__all__ = ["Relay"]
+
+logger = logging.getLogger(__name__)
+
+_PREFIX = "omega-relay-"
+_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _object(value: object) -> dict[str, Any] | None:
+    """`value` as a JSON object, or None."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
+
+
+def _error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+@dataclass(slots=True)
+class _Call:
+    client_id: Any
+    server_name: str
+    tool_name: str
+    session: DownstreamSession
+    timeout: float
+    client_token: Any = None
+
+
+class Relay:
+    """Relays tools/call between one stdio client and the stdio downstream servers."""
+
+    def __init__(
+        self, toolbox: Toolbox, downstreams: Downstreams, client: PipeWriter, task_group: anyio.abc.TaskGroup
+    ) -> None:
+        self._toolbox = toolbox
+        self._downstreams = downstreams
+        self._client = client
+        self._task_group = task_group
+        self._handshake = False
+        self._ready = False
+        self._calls: dict[str, _Call] = {}
+        self._by_client: dict[Any, str] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._rearm = anyio.Event()
+        self._ids = itertools.count(1)
+        task_group.start_soon(self._expire, name="omega relay timeouts")
+
+    # -- from the client ---------------------------------------------------------------------
+
+    async def from_client(self, message: dict[str, Any]) -> bool:
+        """The client pipe's intercept hook: True when the relay took the message."""
+        method = message.get("method")
+        if method == "tools/call":
+            return self._ready and await self._call(message)
+        if method == "notifications/cancelled":
+            return await self._client_cancelled(message)
+        if method == "initialize":
+            self._handshake = True  # 2026-era clients never send it; they keep the SDK path
+        elif method == "notifications/initialized":
+            self._ready = self._handshake
+        return False
+
+    async def _call(self, message: dict[str, Any]) -> bool:
+        client_id, params = message.get("id"), _object(message.get("params"))
+        if not isinstance(client_id, int | str) or isinstance(client_id, bool) or params is None:
+            return False  # malformed: the SDK path answers with the proper error
+        name, raw_arguments = params.get("name"), params.get("arguments")
+        arguments = _object(raw_arguments)
+        if not isinstance(name, str) or (raw_arguments is not None and arguments is None):
+            return False
+        route = self._toolbox.namespace().resolve(name)
+        target = self._downstreams.connected(route.server_name) if route and route.server_name else None
+        if route is None or target is None or client_id in self._by_client:
+            return False
+        session, timeout = target
+        pipes = session.pipes
+        if pipes is None:
+            return False
+        try:
+            self._toolbox.check_arguments(route, arguments or {})
+        except InvalidArgumentsError:
+            return False  # the SDK path words the same error
+        relay_id = f"{_PREFIX}{next(self._ids)}"
+        forwarded = {**params, "name": route.tool_name}
+        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout)
+        meta = _object(params.get("_meta"))
+        if meta is not None and "progressToken" in meta:
+            call.client_token = meta["progressToken"]
+            forwarded["_meta"] = {**meta, "progressToken": relay_id}  # our own id is a unique token downstream
+        self._calls[relay_id] = call
+        self._by_client[client_id] = relay_id
+        self._hook(session)
+        try:
+            await pipes[1].send_raw(
+                _encode({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
+            )
+        except _GONE:
+            session.lose("the server closed the connection")
+            await self._finish(relay_id, _error(went_away(call.server_name, call.tool_name)))
+            return True
+        deadline = anyio.current_time() + timeout
+        if not self._deadlines or deadline < self._deadlines[0][0]:
+            self._rearm.set()
+        heapq.heappush(self._deadlines, (deadline, relay_id))
+        return True
+
+    async def _client_cancelled(self, message: dict[str, Any]) -> bool:
+        params = _object(message.get("params"))
+        request_id = params.get("requestId") if params is not None else None
+        relay_id = self._by_client.get(request_id) if isinstance(request_id, int | str) else None
+        call = self._calls.pop(relay_id, None) if relay_id is not None else None
+        if relay_id is None or call is None:
+            return False
+        del self._by_client[call.client_id]
+        await self._cancel_downstream(call, relay_id, "cancelled by the client")
+        return True
+
+    # -- from the servers --------------------------------------------------------------------
+
+    def _hook(self, session: DownstreamSession) -> None:
+        """Install the answer hook on a server's pipe (once per connection; restarts get new pipes)."""
+        pipes = session.pipes
+        if pipes is None or pipes[0].intercept == self._from_server:
+            return
+
+        def closed() -> None:
+            try:
+                self._task_group.start_soon(self._fail_session, session)
+            except RuntimeError:
+                pass  # the client connection is over: nobody is waiting for these answers
+
+        pipes[0].intercept = self._from_server
+        session.on_close(closed)
+
+    async def _from_server(self, message: dict[str, Any]) -> bool:
+        request_id = message.get("id")
+        if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
+            call = self._calls.get(request_id)
+            if call is None:
+                return True  # the answer to a call that timed out or was cancelled
+            result = _object(message.get("result"))
+            if "error" in message or result is None or not isinstance(result.get("content"), list):
+                result = self._failure(call, message)
+            await self._finish(request_id, result)
+            return True
+        if message.get("method") == "notifications/progress":
+            params = _object(message.get("params"))
+            token = params.get("progressToken") if params is not None else None
+            call = self._calls.get(token) if isinstance(token, str) else None
+            if call is not None and params is not None:
+                if call.client_token is not None:
+                    update = {**params, "progressToken": call.client_token}
+                    await self._to_client({"jsonrpc": "2.0", "method": "notifications/progress", "params": update})
+                return True
+        return False
+
+    def _failure(self, call: _Call, message: dict[str, Any]) -> dict[str, Any]:
+        error = _object(message.get("error"))
+        if error is not None:
+            code = error.get("code")
+            message_text = str(error.get("message"))
+            return _error(refused(call.server_name, call.tool_name, message_text, code if isinstance(code, int) else 0))
+        return _error(f"server {call.server_name} returned an invalid result for {call.tool_name}")
+
+    async def _fail_session(self, session: DownstreamSession) -> None:
+        for relay_id, call in list(self._calls.items()):
+            if call.session is session:
+                await self._finish(relay_id, _error(went_away(call.server_name, call.tool_name)))
+
+    # -- answers and timeouts ----------------------------------------------------------------
+
+    async def _finish(self, relay_id: str, result: dict[str, Any]) -> None:
+        call = self._calls.pop(relay_id, None)
+        if call is None:
+            return
+        self._by_client.pop(call.client_id, None)
+        await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
+
+    async def _to_client(self, message: dict[str, Any]) -> None:
+        try:
+            await self._client.send_raw(_encode(message))
+        except _GONE:
+            logger.debug("client gone; dropped %s", message.get("method") or "a result")
+
+    async def _cancel_downstream(self, call: _Call, relay_id: str, reason: str) -> None:
+        pipes = call.session.pipes
+        if pipes is None:
+            return
+        cancel = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": relay_id, "reason": reason},
+        }
+        try:
+            await pipes[1].send_raw(_encode(cancel))
+        except _GONE:
+            pass
+
+    async def _expire(self) -> None:
+        """One timer for every relayed call: the earliest deadline first (finished calls are skipped)."""
+        while True:
+            now = anyio.current_time()
+            while self._deadlines and (self._deadlines[0][0] <= now or self._deadlines[0][1] not in self._calls):
+                deadline, relay_id = heapq.heappop(self._deadlines)
+                call = self._calls.get(relay_id)
+                if call is not None and deadline <= now:
+                    await self._cancel_downstream(call, relay_id, f"timed out after {call.timeout:g} s")
+                    await self._finish(relay_id, _error(timed_out(call.server_name, call.tool_name, call.timeout)))
+            if len(self._deadlines) > 4 * len(self._calls) + 1024:  # finished calls pile up: prune
+                self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
+                heapq.heapify(self._deadlines)
+            wait = self._deadlines[0][0] - now if self._deadlines else math.inf
+            self._rearm = anyio.Event()
+            with anyio.move_on_after(wait):
+                await self._rearm.wait()

@@ -1,0 +1,268 @@
+"""The MCP front-end: a low-level SDK `Server` whose handlers delegate to the Toolbox.
+
+The server answers both protocol eras the SDK speaks (the 2024-11-05 … 2025-11-25 handshake
+and the 2026-07-28 per-request envelope). Tool failures are already `isError` results when they
+leave the Toolbox; an unknown tool name is the one JSON-RPC error (INVALID_PARAMS, text
+`Unknown tool` plus the closest names), as the MCP spec prescribes. On handshake-era connections
+`tools/call` takes a fast path (a server middleware, before the SDK's model validation) and a
+downstream's result is handed back unparsed; over stdio, calls to stdio servers go further, through
+the relay (relay.py). List changes reach handshake-era clients as `notifications/*/list_changed`
+and 2026-era clients through `subscriptions/listen`; downstream prompts and resources are re-exported.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import anyio
+from mcp import types
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from omega_mcp import __version__
+from omega_mcp.errors import UnknownToolError
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy import Downstreams
+from omega_mcp.relay import Relay
+from omega_mcp.server_stdio import stdio_streams
+from omega_mcp.toolbox import Toolbox
+
+__all__ = ["OmegaServer", "build_server", "run_stdio"]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "omega"
+_NOTIFY_SECONDS = 2.0
+
+
+class OmegaServer(Server[Any]):
+    """The SDK server plus the live sessions to tell when a list changes."""
+
+    def __init__(
+        self, toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+    ) -> None:
+        self.toolbox = toolbox
+        self.catalog = catalog
+        # Connections (not sessions: a ServerSession lives for one request) that listed or called.
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus)
+        extra: dict[str, Any] = {}
+        if catalog is not None:
+            extra = {
+                "on_list_prompts": self._on_list_prompts,
+                "on_get_prompt": self._on_get_prompt,
+                "on_list_resources": self._on_list_resources,
+                "on_list_resource_templates": self._on_list_resource_templates,
+                "on_read_resource": self._on_read_resource,
+            }
+        super().__init__(
+            SERVER_NAME,
+            version=__version__,
+            title="omega-mcp tool hub",
+            instructions=instructions,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+            on_subscriptions_listen=self._listen,
+            lifespan=self._lifespan,
+            **extra,
+        )
+        self._following = False
+        # The fast path replaces the SDK's default OpenTelemetry middleware: it costs every
+        # request a span even with no exporter, and nothing here exports traces.
+        self.middleware = [self._fast_call_tool]
+
+    def _remember(self, session: ServerSession) -> None:
+        # Dropped with the connection; the SDK exposes no public way from a request to its connection.
+        self._connections.add(session._connection)  # pyright: ignore[reportPrivateUsage]
+
+    # -- tools -------------------------------------------------------------------------------
+
+    async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        self._remember(ctx.session)
+        return types.ListToolsResult(tools=await self.toolbox.list_tools())
+
+    async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        self._remember(ctx.session)
+        session: ServerSession = ctx.session
+        try:
+            # report_progress is a no-op unless the client asked for progress (in either era).
+            return await self.toolbox.call_tool(
+                params.name, params.arguments, progress=session.report_progress, meta=ctx.meta
+            )
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+
+    async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """`tools/call` on an initialized handshake-era connection, without model round trips."""
+        params = ctx.params
+        if (
+            ctx.method != "tools/call"
+            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            or ctx.session.client_params is None  # not initialized: let the SDK answer
+            or not isinstance(params, Mapping)
+        ):
+            return await call_next(ctx)
+        name, raw_arguments, raw_meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        if (
+            not isinstance(name, str)
+            or not (raw_arguments is None or isinstance(raw_arguments, dict))
+            or not (raw_meta is None or isinstance(raw_meta, dict))
+        ):
+            return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
+        arguments = cast(dict[str, Any] | None, raw_arguments)
+        meta = cast(dict[str, Any] | None, raw_meta)
+        self._remember(ctx.session)
+        progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
+        try:
+            return await self.toolbox.call_tool_wire(name, arguments, progress=progress, meta=meta)
+        except UnknownToolError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+
+    # -- prompts and resources (downstream only) ---------------------------------------------
+
+    def _require_catalog(self) -> Downstreams:
+        if self.catalog is None:
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
+        return self.catalog
+
+    async def _on_list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        self._remember(ctx.session)
+        catalog = self._require_catalog()
+        await catalog.wait_ready()
+        return types.ListPromptsResult(prompts=catalog.prompts())
+
+    async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        catalog = self._require_catalog()
+        await catalog.wait_ready()  # its server may still be starting
+        return await catalog.get_prompt(params.name, params.arguments)
+
+    async def _on_list_resources(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        self._remember(ctx.session)
+        catalog = self._require_catalog()
+        await catalog.wait_ready()
+        return types.ListResourcesResult(resources=catalog.resources())
+
+    async def _on_list_resource_templates(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        catalog = self._require_catalog()
+        await catalog.wait_ready()
+        return types.ListResourceTemplatesResult(resource_templates=catalog.resource_templates())
+
+    async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        catalog = self._require_catalog()
+        await catalog.wait_ready()  # its server may still be starting
+        return await catalog.read_resource(params.uri)
+
+    # -- change notifications ----------------------------------------------------------------
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        """By default: `listChanged` for tools (and for prompts/resources with downstreams)."""
+        if notification_options is None:
+            downstream = self.catalog is not None
+            notification_options = NotificationOptions(
+                tools_changed=True, prompts_changed=downstream, resources_changed=downstream
+            )
+        return super().create_initialization_options(notification_options, experimental_capabilities, extensions)
+
+    def initialization_options(self) -> InitializationOptions:
+        """The default initialization options (see `create_initialization_options`)."""
+        return self.create_initialization_options()
+
+    @asynccontextmanager
+    async def _lifespan(self, _: Server[Any]) -> AsyncGenerator[dict[str, Any]]:
+        # The SDK enters the lifespan around every connection; one follower per server suffices
+        # (it notifies every remembered session), so only the first connection starts it.
+        if self._following or self.catalog is None:
+            yield {}
+            return
+        self._following = True
+        try:
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(self.follow_changes)
+                yield {}
+                task_group.cancel_scope.cancel()
+        finally:
+            self._following = False
+
+    async def _notify(self, kind: str) -> None:
+        await self._bus.publish(
+            {"tools": ToolsListChanged, "prompts": PromptsListChanged}.get(kind, ResourcesListChanged)()
+        )
+        for connection in list(self._connections):
+            with anyio.move_on_after(_NOTIFY_SECONDS):
+                try:
+                    if kind == "tools":
+                        await connection.send_tool_list_changed()
+                    elif kind == "prompts":
+                        await connection.send_prompt_list_changed()
+                    else:
+                        await connection.send_resource_list_changed()
+                except Exception as exc:  # boundary: a gone client must not break the others
+                    logger.debug("%s/list_changed not delivered: %s", kind, exc)
+
+    async def notify_tools_changed(self) -> None:
+        """Tell every live client that the tool list changed (best effort, bounded)."""
+        await self._notify("tools")
+
+    async def follow_changes(self) -> None:
+        """Forward every change of the downstream lists to the clients, until cancelled."""
+        catalog = self.catalog
+        if catalog is None:
+            return
+        seen = catalog.versions()
+        while True:
+            await catalog.wait_changed()
+            now = catalog.versions()
+            for kind, before, after in zip(("tools", "prompts", "resources"), seen, now, strict=True):
+                if after != before:
+                    await self._notify(kind)
+            seen = now
+
+
+def build_server(
+    toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+) -> OmegaServer:
+    """The MCP server for a (started) Toolbox; prompts and resources come from `catalog`.
+
+    `catalog` defaults to the Toolbox's downstreams when they are a `proxy.Downstreams`.
+    """
+    if catalog is None and isinstance(toolbox.downstreams, Downstreams):
+        catalog = toolbox.downstreams
+    return OmegaServer(toolbox, catalog=catalog, instructions=instructions)
+
+
+async def run_stdio(server: OmegaServer) -> None:
+    """Serve one client over stdin/stdout until it disconnects.
+
+    With downstream servers, handshake-era tools/call to stdio servers go through the relay.
+    """
+    async with stdio_streams() as (read_stream, write_stream), anyio.create_task_group() as task_group:
+        if server.catalog is not None and isinstance(read_stream, PipeReader) and isinstance(write_stream, PipeWriter):
+            read_stream.intercept = Relay(server.toolbox, server.catalog, write_stream, task_group).from_client
+        await server.run(read_stream, write_stream, server.initialization_options())
+        task_group.cancel_scope.cancel()

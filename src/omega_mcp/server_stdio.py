@@ -1,0 +1,72 @@
+"""The stdio server transport: newline-delimited JSON-RPC on our own stdin/stdout, without threads.
+
+The SDK's `stdio_server` reads and writes through worker threads (one hop per line read, two per
+message written), which is most of what a proxy hop costs. Here the pipes are non-blocking file
+descriptors read and written by `pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
+the wire moves to private descriptors while serving: fd 0 reads /dev/null and fd 1 goes to
+stderr, so a stray `print` or a child process cannot corrupt the protocol; both are restored on
+exit. When stdin/stdout are not pollable (a regular file), the SDK's transport is used instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+import anyio
+from mcp.server.stdio import stdio_server
+from mcp.shared._stream_protocols import ReadStream, WriteStream
+from mcp.shared.message import SessionMessage
+
+from omega_mcp.pipes import PipeReader, PipeWriter
+
+__all__ = ["stdio_streams"]
+
+Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
+
+
+def _pollable(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def _claim(fd: int, divert_to: int) -> int:
+    """Move the wire at `fd` to a private descriptor and point `fd` at `divert_to`."""
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.dup2(divert_to, fd)
+    return private
+
+
+@asynccontextmanager
+async def stdio_streams() -> AsyncGenerator[Streams]:
+    """`(read_stream, write_stream)` over this process's stdin and stdout."""
+    if not (_pollable(0) and _pollable(1)):
+        async with stdio_server() as streams:
+            yield streams
+        return
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        wire_in = _claim(0, devnull)
+        wire_out = _claim(1, 2)
+    finally:
+        os.close(devnull)
+    blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
+    try:
+        yield PipeReader(wire_in, label="[client]"), PipeWriter(wire_out, label="[client]")
+    finally:
+        for fd in (wire_in, wire_out):
+            anyio.notify_closing(fd)
+        # The descriptions are shared with whoever gave us the pipes (a terminal, a shell):
+        # leave them blocking as we found them, and put the wire back on fds 0 and 1.
+        os.set_blocking(wire_in, blocking[0])
+        os.set_blocking(wire_out, blocking[1])
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+        os.close(wire_in)
+        os.close(wire_out)

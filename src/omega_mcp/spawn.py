@@ -1,0 +1,141 @@
+"""Starting stdio downstream servers, early: before omega has even imported the MCP SDK.
+
+Importing the SDK takes most of a second, and so does starting a typical MCP server. So the CLI
+calls `prespawn()` right after reading the config: every enabled stdio server is started at once
+and sent its `initialize` request as plain JSON, and both sides load in parallel. The first
+connection attempt of each server then `adopt()`s its process and picks up the handshake answer
+(see `proxy_session`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
+Processes nobody adopted are killed by `discard_all()`. Env: the SDK's default inherited
+variables (`INHERITED_ENV`, checked against the SDK by a test) plus the server's `env`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omega_mcp import __version__
+
+if TYPE_CHECKING:
+    from omega_mcp.config import Config
+
+__all__ = ["INHERITED_ENV", "INIT_ID", "Spawned", "adopt", "discard_all", "prespawn", "spawn"]
+
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""What the SDK's `get_default_environment()` passes to a stdio server on POSIX."""
+HANDSHAKE_VERSION = "2025-11-25"
+"""The newest handshake-era protocol version (the SDK's LATEST_HANDSHAKE_VERSION)."""
+INIT_ID = "omega-early-initialize"
+
+Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
+
+
+@dataclass(slots=True)
+class Spawned:
+    """A started server: the process and our ends of its pipes."""
+
+    process: subprocess.Popen[bytes]
+    stdin: int
+    stdout: int
+    stderr: int
+    initialize_sent: bool = False
+
+
+def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a stdio server: the inherited basics plus its own `env`."""
+    env = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None and not v.startswith("()")}
+    return env | dict(extra or {})
+
+
+def _key(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Key:
+    return command, tuple(args), tuple(sorted((env or {}).items())), str(cwd) if cwd is not None else None
+
+
+def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Spawned:
+    """Start a server in its own process group with fresh pipes on stdin, stdout and stderr.
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+    child_in, our_in = os.pipe()
+    our_out, child_out = os.pipe()
+    our_err, child_err = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [command, *args],
+            stdin=child_in,
+            stdout=child_out,
+            stderr=child_err,
+            cwd=cwd,
+            env=default_environment(env),
+            start_new_session=True,  # its own process group: shutdown reaches grandchildren too
+        )
+    except BaseException:
+        for fd in (our_in, our_out, our_err):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (child_in, child_out, child_err):
+            os.close(fd)
+    return Spawned(process, our_in, our_out, our_err)
+
+
+def _initialize_request() -> bytes:
+    params = {
+        "protocolVersion": HANDSHAKE_VERSION,
+        "capabilities": {},
+        "clientInfo": {"name": "omega-mcp", "version": __version__},
+    }
+    return (json.dumps({"jsonrpc": "2.0", "id": INIT_ID, "method": "initialize", "params": params}) + "\n").encode()
+
+
+_early: dict[str, tuple[Key, Spawned]] = {}
+
+
+def prespawn(config: Config) -> None:
+    """Start every enabled stdio server of `config` and send it `initialize` (best effort)."""
+    for server_name, server in config.servers.items():
+        if not server.enabled or server.command is None or server_name in _early:
+            continue
+        key = _key(server.command, server.args, server.env or None, server.cwd)
+        try:
+            spawned = spawn(server.command, server.args, server.env or None, server.cwd)
+        except OSError:
+            continue  # the supervisor will try again and report why it cannot start
+        try:
+            os.write(spawned.stdin, _initialize_request())  # a fresh pipe has room for one line
+            spawned.initialize_sent = True
+        except OSError:
+            pass
+        _early[server_name] = (key, spawned)
+
+
+def adopt(
+    server_name: str, command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None
+) -> Spawned | None:
+    """The process `prespawn()` started for this server, if its command line is still this one."""
+    early = _early.get(server_name)
+    if early is None or early[0] != _key(command, args, env, cwd):
+        return None
+    del _early[server_name]
+    return early[1]
+
+
+def discard_all() -> None:
+    """Kill the prespawned processes nobody adopted (their whole groups) and close their pipes."""
+    while _early:
+        _, (_, spawned) = _early.popitem()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(spawned.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spawned.process.wait(timeout=2)
+        for fd in (spawned.stdin, spawned.stdout, spawned.stderr):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,350 @@
+"""The Toolbox: one routing table for built-in and downstream tools, shared by every front-end.
+
+`list_tools()` returns built-ins first, then each downstream server's tools in config order
+under their `mcp__<server>__<tool>` names (waiting, bounded, for servers still starting);
+`call_tool()` resolves a name (or alias) through the namespace's reverse map, validates the
+arguments (a validator compiled once per tool), and runs the tool; `call_tool_wire()` is the
+same for the MCP server, handing a downstream's result on as wire JSON. Every tool failure comes
+back as an isError result; only an unknown name raises (`UnknownToolError`), which the MCP
+server turns into a JSON-RPC error and the agent loop into an error result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+from mcp import types
+from mcp.shared.dispatcher import ProgressFnT
+from pydantic import BaseModel, ValidationError
+
+from omega_mcp.builtin import bash as _bash
+from omega_mcp.builtin import files as _files
+from omega_mcp.builtin import shells as _shells
+from omega_mcp.builtin.schemas import (
+    BUILTIN_TOOLS,
+    BashArgs,
+    BashOutputArgs,
+    EditArgs,
+    KillShellArgs,
+    ReadArgs,
+    WriteArgs,
+)
+from omega_mcp.errors import DownstreamError, InvalidArgumentsError, ToolError, UnknownToolError
+from omega_mcp.names import Namespace, Route
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = ["Downstreams", "ProgressFn", "Toolbox", "error_result"]
+
+logger = logging.getLogger(__name__)
+
+ProgressFn = ProgressFnT
+"""`(progress, total, message)`: the SDK's progress callback shape."""
+
+
+class Downstreams(Protocol):
+    """What the Toolbox needs from the proxy (`proxy.Downstreams` implements it)."""
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the set of exported tools changes."""
+        ...
+
+    def tools(self) -> Sequence[tuple[str, types.Tool]]:
+        """Every exported downstream tool as `(server_name, tool)`, config order then server order."""
+        ...
+
+    def get_tool(self, server_name: str, tool_name: str) -> types.Tool | None:
+        """One exported tool by its route, or None."""
+        ...
+
+    def unavailable(self, name: str) -> str | None:
+        """Why a name of a server that is down (or disabled) cannot be called, or None."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """Whether the first connection round has settled."""
+        ...
+
+    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
+        """Wait (bounded) until the first connection round has settled, or `until()` holds."""
+        ...
+
+    async def call_tool(
+        self,
+        server_name: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        progress: ProgressFn | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> types.CallToolResult:
+        """Forward one call; failures come back as isError results."""
+        ...
+
+    async def call_tool_wire(
+        self,
+        server_name: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        progress: ProgressFn | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Forward one call; the downstream's result as wire JSON, untouched (failures are isError)."""
+        ...
+
+
+def error_result(message: str) -> types.CallToolResult:
+    """An isError result with one text block."""
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
+
+
+def _error_wire(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def _wire(result: types.CallToolResult) -> dict[str, Any]:
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _field_path(path: Sequence[Any]) -> str:
+    return ".".join(str(p) for p in path) or "(arguments)"
+
+
+def _pydantic_message(tool: str, error: ValidationError) -> str:
+    problems: list[str] = []
+    for item in error.errors():
+        field = _field_path(item["loc"])
+        if item["type"] == "extra_forbidden":
+            problems.append(f"`{field}`: unknown field")
+        else:
+            problems.append(f"`{field}`: {item['msg']}")
+    return f"Invalid arguments for {tool}: " + "; ".join(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class _Builtin:
+    tool: types.Tool
+    model: type[BaseModel]
+
+
+class Toolbox:
+    """Built-in tools under a sandbox policy, plus (optionally) the downstream servers' tools.
+
+    Use as an async context manager: it owns the background shells and kills them on exit.
+    The downstream servers' lifetime is the caller's (enter the `proxy.Downstreams` first).
+    """
+
+    def __init__(self, policy: SandboxPolicy, downstreams: Downstreams | None = None) -> None:
+        self.policy = policy
+        self.downstreams = downstreams
+        self._builtins: dict[str, _Builtin] = {t.name: _Builtin(t, m) for t, m in BUILTIN_TOOLS}
+        self._shells = _shells.ShellRegistry()
+        self._exit_stack: AsyncExitStack | None = None
+        self._namespace_version: int | None = None
+        self._namespace = Namespace(self._builtins, ())
+        self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self._shells)
+            self._exit_stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stack, self._exit_stack = self._exit_stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    # -- namespace ---------------------------------------------------------------------------
+
+    def _downstream_tools(self) -> Sequence[tuple[str, types.Tool]]:
+        return self.downstreams.tools() if self.downstreams is not None else ()
+
+    def namespace(self) -> Namespace:
+        """The current namespace (rebuilt only when the downstream tool set changed)."""
+        if self.downstreams is None:
+            return self._namespace
+        version = self.downstreams.version
+        if version != self._namespace_version:
+            routes = [(server_name, tool.name) for server_name, tool in self.downstreams.tools()]
+            self._namespace = Namespace(self._builtins, routes)
+            self._namespace_version = version
+        return self._namespace
+
+    async def list_tools(self) -> list[types.Tool]:
+        """Every tool, built-ins first, downstream tools under their exported names, in stable order.
+
+        While the downstream servers are still starting, this waits (bounded) for them to settle.
+        """
+        if self.downstreams is not None and not self.downstreams.ready:
+            await self.downstreams.wait_ready()
+        namespace = self.namespace()
+        tools = [b.tool for b in self._builtins.values()]
+        for server_name, tool in self._downstream_tools():
+            exported = namespace.name_of(Route(server_name, tool.name))
+            tools.append(tool if exported == tool.name else tool.model_copy(update={"name": exported}))
+        return tools
+
+    def resolve(self, name: str) -> Route:
+        """The route of a tool name or alias.
+
+        Raises:
+            UnknownToolError: no such tool; carries the closest names.
+            DownstreamError: the name belongs to a downstream server that is down or disabled.
+        """
+        namespace = self.namespace()
+        route = namespace.resolve(name)
+        if route is None:
+            reason = self.downstreams.unavailable(name) if self.downstreams is not None else None
+            if reason is not None:
+                raise DownstreamError(reason)
+            raise UnknownToolError(name, namespace.suggest(name))
+        return route
+
+    async def _resolve(self, name: str) -> Route:
+        downstreams = self.downstreams
+        if downstreams is not None and not downstreams.ready and self.namespace().resolve(name) is None:
+            # The name may belong to a server that is still starting: wait for it (or for all).
+            await downstreams.wait_ready(until=lambda: self.namespace().resolve(name) is not None)
+        return self.resolve(name)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        progress: ProgressFn | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> types.CallToolResult:
+        """Run one tool call; every failure but an unknown name is an isError result.
+
+        `meta` is the caller's request `_meta`, passed on to a downstream server.
+
+        Raises:
+            UnknownToolError: no tool has this name (or alias).
+        """
+        args = dict(arguments or {})
+        try:
+            route = await self._resolve(name)
+            if route.server_name is None:
+                return await self._call_builtin(route.tool_name, args)
+            self.check_arguments(route, args)
+            assert self.downstreams is not None
+            return await self.downstreams.call_tool(
+                route.server_name, route.tool_name, args, progress=progress, meta=meta
+            )
+        except UnknownToolError:
+            raise
+        except ToolError as exc:
+            return error_result(str(exc))
+        except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
+            logger.exception("tool %s failed unexpectedly", name)
+            return error_result(f"internal error in {name}: {type(exc).__name__}: {exc}")
+
+    async def call_tool_wire(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        progress: ProgressFn | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """`call_tool` for the MCP server: the result as wire JSON (a downstream's, untouched).
+
+        This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
+        validator compiled once per tool, and the downstream's result is not parsed into models.
+
+        Raises:
+            UnknownToolError: no tool has this name (or alias).
+        """
+        args = dict(arguments or {})
+        try:
+            route = await self._resolve(name)
+            if route.server_name is None:
+                return _wire(await self._call_builtin(route.tool_name, args))
+            self.check_arguments(route, args)
+            assert self.downstreams is not None
+            return await self.downstreams.call_tool_wire(
+                route.server_name, route.tool_name, args, progress=progress, meta=meta
+            )
+        except UnknownToolError:
+            raise
+        except ToolError as exc:
+            return _error_wire(str(exc))
+        except Exception as exc:  # boundary, as in call_tool
+            logger.exception("tool %s failed unexpectedly", name)
+            return _error_wire(f"internal error in {name}: {type(exc).__name__}: {exc}")
+
+    async def _call_builtin(self, tool_name: str, raw: dict[str, Any]) -> types.CallToolResult:
+        builtin = self._builtins[tool_name]
+        try:
+            args = builtin.model.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidArgumentsError(_pydantic_message(tool_name, exc)) from None
+        policy = self.policy
+        match args:
+            case BashArgs():
+                return await _bash.run_bash(policy, args, self._shells)
+            case ReadArgs():
+                return await _files.read_file(policy, args)
+            case WriteArgs():
+                return await _files.write_file(policy, args)
+            case EditArgs():
+                return await _files.edit_file(policy, args)
+            case BashOutputArgs():
+                return await self._shells.output(args.shell_id)
+            case KillShellArgs():
+                return await self._shells.kill(args.shell_id)
+            case _:
+                raise ToolError(f"built-in tool {tool_name} has no handler")
+
+    def _validator(self, route: Route, schema: dict[str, Any]) -> Draft202012Validator | None:
+        key = (route.server_name or "", route.tool_name)
+        cached = self._validators.get(key)
+        if cached is not None and cached[0] == id(schema):
+            return cached[1]
+        validator: Draft202012Validator | None
+        try:
+            Draft202012Validator.check_schema(schema)
+            validator = Draft202012Validator(schema)
+        except SchemaError:
+            # A downstream with a broken schema still gets its calls: the server validates for itself.
+            logger.warning(
+                "tool %s of %s has an invalid inputSchema; not validating", route.tool_name, route.server_name
+            )
+            validator = None
+        self._validators[key] = (id(schema), validator)
+        return validator
+
+    def check_arguments(self, route: Route, args: dict[str, Any]) -> None:
+        """Validate a downstream call's arguments against the tool's `inputSchema`.
+
+        Raises:
+            InvalidArgumentsError: a field is wrong; the message names it.
+        """
+        assert self.downstreams is not None and route.server_name is not None
+        tool = self.downstreams.get_tool(route.server_name, route.tool_name)
+        if tool is None:
+            return
+        validator = self._validator(route, tool.input_schema)
+        if validator is None:
+            return
+        error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
+        if error is not None:
+            exported = self.namespace().name_of(route)
+            raise InvalidArgumentsError(
+                f"Invalid arguments for {exported}: `{_field_path(error.absolute_path)}`: {error.message}"
+            )

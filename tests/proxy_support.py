@@ -1,0 +1,145 @@
+"""Helpers for the proxy tests: in-process downstream servers and a hub wired around them."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp
+from mcp import types
+from mcp.client._memory import InMemoryTransport
+from mcp.client.stdio import StdioServerParameters
+from mcp.server.lowlevel import Server
+
+from omega_mcp.proxy import Downstreams, DownstreamSpec
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.server import OmegaServer, build_server
+from omega_mcp.toolbox import Toolbox
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ECHO_SERVER = FIXTURES / "echo_server.py"
+
+CallHandler = Callable[[Any, types.CallToolRequestParams], Awaitable[types.CallToolResult]]
+
+
+def echo_tool(name: str = "echo") -> types.Tool:
+    return types.Tool(
+        name=name,
+        description=f"{name} the text back",
+        input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    )
+
+
+async def _echo(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    text = (params.arguments or {}).get("text", "")
+    return types.CallToolResult(content=[types.TextContent(text=f"{params.name}:{text}")])
+
+
+def downstream(
+    name: str = "down",
+    tools: list[types.Tool] | None = None,
+    call: CallHandler = _echo,
+    sessions: list[Any] | None = None,
+    **handlers: Any,
+) -> Server[Any]:
+    """An in-process downstream server; `tools` may be mutated later (it is listed live).
+
+    Each tools/list appends the listing session to `sessions` (to send notifications later).
+    """
+    listed = tools if tools is not None else [echo_tool()]
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        if sessions is not None:
+            sessions.append(ctx.session)
+        return types.ListToolsResult(tools=list(listed))
+
+    return Server(name, on_list_tools=list_tools, on_call_tool=call, **handlers)
+
+
+def gated(server: Server[Any], gate: anyio.Event) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    """A transport factory that connects to `server` only once `gate` is set (a slow start)."""
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[Any]:
+        await gate.wait()
+        async with InMemoryTransport(server) as streams:
+            yield streams
+
+    return connect
+
+
+def stdio_fixture(*args: str) -> StdioServerParameters:
+    """The stdlib echo fixture server (see tests/fixtures/echo_server.py) as a stdio target."""
+    return StdioServerParameters(command=sys.executable, args=[str(ECHO_SERVER), *args])
+
+
+@asynccontextmanager
+async def hub(
+    policy: SandboxPolicy, *specs: DownstreamSpec, **options: Any
+) -> AsyncIterator[tuple[Downstreams, Toolbox, OmegaServer]]:
+    """Downstreams + Toolbox + the omega MCP server, started (supervisors retry fast)."""
+    options.setdefault("backoff_seconds", 0.05)
+    async with Downstreams(list(specs), **options) as downstreams, Toolbox(policy, downstreams) as toolbox:
+        yield downstreams, toolbox, build_server(toolbox)
+
+
+async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll a condition with a bound (for process-level state that has no event to wait on)."""
+    with anyio.fail_after(seconds):
+        while not predicate():  # noqa: ASYNC110 - process state has no event to wait on
+            await anyio.sleep(0.02)
+
+
+def read_pid(path: Path | str) -> int:
+    return int(Path(path).read_text())
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def child_pids() -> set[int]:
+    """Pids whose parent is this test process."""
+    me = str(os.getpid())
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+class Notifications:
+    """An upstream message handler recording list_changed notifications."""
+
+    def __init__(self) -> None:
+        self.tools = 0
+        self.changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.tools += 1
+            self.changed.set()
+
+    async def next(self, seconds: float = 10.0) -> None:
+        with anyio.fail_after(seconds):
+            await self.changed.wait()
+        self.changed = anyio.Event()
+
+
+def client(server: OmegaServer, mode: str = "legacy", **kwargs: Any) -> mcp.Client:
+    return mcp.Client(server, mode=mode, **kwargs)

@@ -1,0 +1,162 @@
+"""The `omega-mcp` command as a user runs it: real subprocesses, stdio wire included."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mcp
+import pytest
+from mcp import StdioServerParameters
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMEGA_HOME"] = str(tmp_path / "home")
+    env.pop("OMEGA_CONFIG", None)
+    return env
+
+
+def _config(tmp_path: Path, extra: str = "") -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    path = tmp_path / "servers.toml"
+    path.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{extra}')
+    return path
+
+
+def _omega(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omega_mcp", *args],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=cwd or tmp_path,
+        timeout=60,
+    )
+
+
+async def test_serve_over_stdio_answers_a_real_client(tmp_path: Path):
+    config = _config(tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config)],
+        env={"OMEGA_HOME": str(tmp_path / "home")},
+    )
+    async with mcp.Client(params, mode="legacy") as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names[:4] == ["bash", "read", "write", "edit"]
+        result = await client.call_tool("bash", {"command": "echo from-stdio && pwd"})
+        assert not result.is_error
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert "from-stdio" in text and str(tmp_path / "ws") in text
+        written = await client.call_tool("write", {"file_path": "hello.txt", "content": "hi"})
+        assert not written.is_error
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "hi"
+
+
+async def test_serve_over_stdio_answers_a_modern_client(tmp_path: Path):
+    config = _config(tmp_path)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config)],
+        env={"OMEGA_HOME": str(tmp_path / "home")},
+    )
+    async with mcp.Client(params, mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        result = await client.call_tool("read", {"file_path": str(config)})
+        assert not result.is_error
+
+
+def test_serve_keeps_stdout_for_the_protocol(tmp_path: Path):
+    config = _config(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "serve", "--config", str(config)],
+        input="",
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert proc.stdout == ""
+    assert proc.returncode == 0
+
+
+def test_tools_lists_the_builtins(tmp_path: Path):
+    proc = _omega(tmp_path, "tools", "--config", str(_config(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("bash", "read", "write", "edit", "bash_output", "kill_shell"):
+        assert name in proc.stdout
+
+
+def test_tools_json_is_machine_readable(tmp_path: Path):
+    proc = _omega(tmp_path, "tools", "--json", "--config", str(_config(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert [t["name"] for t in payload["tools"]][:4] == ["bash", "read", "write", "edit"]
+    assert payload["sandbox"]["mode"] == "rwx"
+
+
+def test_call_prints_the_result_and_exits_zero(tmp_path: Path):
+    proc = _omega(tmp_path, "call", "bash", '{"command": "echo 42"}', "--config", str(_config(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "42"
+
+
+def test_call_exits_one_when_the_result_is_an_error(tmp_path: Path):
+    proc = _omega(tmp_path, "call", "bash", '{"command": "exit 3"}', "--config", str(_config(tmp_path)))
+    assert proc.returncode == 1
+    assert "exit code 3" in proc.stdout
+
+
+def test_call_of_an_unknown_tool_exits_one_with_suggestions(tmp_path: Path):
+    proc = _omega(tmp_path, "call", "raed", '{"file_path": "x"}', "--config", str(_config(tmp_path)))
+    assert proc.returncode == 1
+    assert "Unknown tool" in proc.stderr and "read" in proc.stderr
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
+def test_call_with_bad_json_is_a_usage_error(tmp_path: Path, bad: str):
+    proc = _omega(tmp_path, "call", "bash", bad, "--config", str(_config(tmp_path)))
+    assert proc.returncode == 2
+    assert "JSON_ARGS" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_config_error_exits_two_with_one_line_naming_file_and_key(tmp_path: Path):
+    path = tmp_path / "servers.toml"
+    path.write_text('[servers.bad]\ncommand = "x"\nurl = "http://127.0.0.1"\n')
+    proc = _omega(tmp_path, "tools", "--config", str(path))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert str(path) in lines[0] and "servers.bad" in lines[0]
+
+
+def test_a_missing_config_file_exits_two(tmp_path: Path):
+    proc = _omega(tmp_path, "tools", "--config", str(tmp_path / "nope.toml"))
+    assert proc.returncode == 2
+    assert "not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_flags_override_the_config_file(tmp_path: Path):
+    other = tmp_path / "other-ws"
+    proc = _omega(
+        tmp_path, "call", "bash", '{"command": "pwd"}', "--config", str(_config(tmp_path)), "--workspace", str(other)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(other)
+
+
+def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
+    config = _config(tmp_path)
+    proc = _omega(tmp_path, "claude-config", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)["mcpServers"]["omega"]
+    assert entry["args"][-3:] == ["serve", "--config", str(config)]
+    http = json.loads(_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
+    assert http["mcpServers"]["omega"]["type"] == "http"
+    assert http["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765/mcp"

@@ -1,0 +1,423 @@
+"""The aggregator with in-process downstream servers: naming, passthrough, validation, timeouts,
+progress, cancellation, concurrency, list_changed, prompts and resources."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import types
+from mcp.shared.exceptions import MCPError
+
+from omega_mcp.proxy import DownstreamSpec
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
+from proxy_support import Notifications, client, downstream, echo_tool, gated, hub
+
+BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
+MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
+
+
+async def test_downstream_tools_follow_the_builtins_in_config_then_server_order(rwx_policy: SandboxPolicy):
+    a = downstream("a", [echo_tool("zeta"), echo_tool("alpha")])
+    b = downstream("b", [echo_tool("get.weather")])
+    async with hub(rwx_policy, DownstreamSpec("b", b), DownstreamSpec("a", a)) as (_, _, server):
+        async with client(server) as c:
+            names = [t.name for t in (await c.list_tools()).tools]
+    assert names == [*BUILTINS, "mcp__b__get_weather", "mcp__a__zeta", "mcp__a__alpha"]
+
+
+@MODES
+async def test_every_tool_field_passes_through_unchanged(rwx_policy: SandboxPolicy, mode: str):
+    tool = types.Tool(
+        name="fancy",
+        title="Fancy tool",
+        description="Does fancy things.",
+        input_schema={"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]},
+        output_schema={"type": "object", "properties": {"double": {"type": "integer"}}},
+        annotations=types.ToolAnnotations(title="Fancy", read_only_hint=True, idempotent_hint=True),
+        _meta={"vendor/flag": {"x": 1}},
+    )
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", [tool]))) as (_, _, server):
+        async with client(server, mode) as c:
+            listed = {t.name: t for t in (await c.list_tools()).tools}["mcp__d__fancy"]
+    dump = dict(exclude={"name"}, by_alias=True, exclude_none=True)
+    assert listed.model_dump(**dump) == tool.model_dump(**dump)  # type: ignore[arg-type]
+
+
+RICH = types.CallToolResult(
+    content=[
+        types.TextContent(text="hello", annotations=types.Annotations(priority=0.5)),
+        types.ImageContent(data=base64.b64encode(b"\x89PNG").decode(), mime_type="image/png"),
+        types.AudioContent(data=base64.b64encode(b"RIFF").decode(), mime_type="audio/wav"),
+        types.ResourceLink(name="doc", uri="file:///doc.txt", mime_type="text/plain"),
+        types.EmbeddedResource(resource=types.TextResourceContents(uri="file:///e.txt", text="embedded")),
+        types.EmbeddedResource(resource=types.BlobResourceContents(uri="file:///b.bin", blob="AAEC")),
+    ],
+    structured_content={"double": 4},
+    _meta={"vendor/trace": "t-1"},
+)
+
+
+@MODES
+async def test_every_content_block_structured_content_and_meta_come_back_unchanged(
+    rwx_policy: SandboxPolicy, mode: str
+):
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return RICH
+
+    tool = types.Tool(name="rich", input_schema={"type": "object"}, output_schema={"type": "object"})
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", [tool], call))) as (_, _, server):
+        async with client(server, mode) as c:
+            result = await c.call_tool("mcp__d__rich", {})
+    dump = dict(by_alias=True, exclude_none=True, exclude={"meta"})
+    assert result.model_dump(**dump) == RICH.model_dump(**dump)  # type: ignore[arg-type]
+    assert result.meta is not None and result.meta["vendor/trace"] == "t-1"
+
+
+@MODES
+async def test_an_is_error_result_of_a_downstream_comes_back_as_is(rwx_policy: SandboxPolicy, mode: str):
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text="tool said no")], is_error=True)
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            result = await c.call_tool("mcp__d__echo", {"text": "x"})
+    assert result.is_error and result.content[0].text == "tool said no"  # type: ignore[union-attr]
+
+
+@MODES
+async def test_arguments_are_checked_against_the_downstream_schema_before_forwarding(
+    rwx_policy: SandboxPolicy, mode: str
+):
+    calls: list[str] = []
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        calls.append(params.name)
+        return types.CallToolResult(content=[])
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            wrong_type = await c.call_tool("mcp__d__echo", {"text": 5})
+            missing = await c.call_tool("mcp__d__echo", {})
+    assert wrong_type.is_error and "`text`" in wrong_type.content[0].text  # type: ignore[union-attr]
+    assert "not of type 'string'" in wrong_type.content[0].text  # type: ignore[union-attr]
+    assert missing.is_error and "'text' is a required property" in missing.content[0].text  # type: ignore[union-attr]
+    assert calls == []
+
+
+async def test_aliases_reach_the_downstream_tool(rwx_policy: SandboxPolicy):
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d"))) as (_, toolbox, _):
+        for name in ("mcp__d__echo", "d.echo", "d__echo"):
+            result = await toolbox.call_tool(name, {"text": "hi"})
+            assert result.content[0].text == "echo:hi"  # type: ignore[union-attr]
+
+
+async def test_an_unknown_tool_of_a_connected_server_is_unknown_tool_with_suggestions(rwx_policy: SandboxPolicy):
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d"))) as (_, _, server):
+        async with client(server) as c:
+            with pytest.raises(MCPError) as info:
+                await c.call_tool("mcp__d__ecko", {"text": "x"})
+    assert "Unknown tool" in info.value.message and "mcp__d__echo" in info.value.message
+
+
+async def test_a_json_rpc_error_from_the_downstream_is_an_is_error_result_naming_the_server(
+    rwx_policy: SandboxPolicy,
+):
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        raise MCPError(code=types.INVALID_PARAMS, message="no such widget")
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server) as c:
+            result = await c.call_tool("mcp__d__echo", {"text": "x"})
+    assert result.is_error
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "server d" in text and "no such widget" in text
+
+
+async def test_tools_and_exclude_tools_globs_filter_the_exported_tools(rwx_policy: SandboxPolicy):
+    tools = [echo_tool("get_time"), echo_tool("get_secret"), echo_tool("set_time")]
+    spec = DownstreamSpec("d", downstream("d", tools), tools=("get_*",), exclude_tools=("*secret*",))
+    async with hub(rwx_policy, spec) as (_, toolbox, _):
+        names = [t.name for t in await toolbox.list_tools()]
+        with pytest.raises(Exception, match="Unknown tool"):
+            await toolbox.call_tool("mcp__d__set_time", {"text": "x"})
+    assert names == [*BUILTINS, "mcp__d__get_time"]
+
+
+@MODES
+async def test_request_meta_is_passed_downstream_without_the_per_hop_keys(rwx_policy: SandboxPolicy, mode: str):
+    seen: list[dict[str, Any]] = []
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        seen.append(dict(params.meta or {}))
+        return types.CallToolResult(content=[])
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            await c.call_tool("mcp__d__echo", {"text": "x"}, meta={"vendor/tool-use-id": "tu-1"})
+    assert seen[0]["vendor/tool-use-id"] == "tu-1"
+    assert not [k for k in seen[0] if k.startswith("io.modelcontextprotocol/")]
+
+
+@MODES
+async def test_a_timeout_cancels_the_downstream_request_and_is_an_is_error_result(rwx_policy: SandboxPolicy, mode: str):
+    started, cancelled = anyio.Event(), anyio.Event()
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    spec = DownstreamSpec("d", downstream("d", call=call), timeout_seconds=0.3)
+    async with hub(rwx_policy, spec) as (_, _, server):
+        async with client(server, mode) as c:
+            result = await c.call_tool("mcp__d__echo", {"text": "x"})
+            with anyio.fail_after(5):
+                await cancelled.wait()
+    assert started.is_set()
+    assert result.is_error and "timed out after 0.3 s" in result.content[0].text  # type: ignore[union-attr]
+
+
+@MODES
+async def test_progress_notifications_reach_the_calling_client(rwx_policy: SandboxPolicy, mode: str):
+    received: list[tuple[float, float | None, str | None]] = []
+    forwarded = anyio.Event()
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        await ctx.session.report_progress(1, 4, "quarter")
+        with anyio.fail_after(5):  # return only once the progress has arrived upstream
+            await forwarded.wait()
+        return types.CallToolResult(content=[types.TextContent(text="done")])
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        received.append((progress, total, message))
+        forwarded.set()
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            result = await c.call_tool("mcp__d__echo", {"text": "x"}, progress_callback=on_progress)
+    assert not result.is_error
+    assert received == [(1.0, 4.0, "quarter")]
+
+
+@MODES
+async def test_a_client_cancellation_is_forwarded_to_the_downstream(rwx_policy: SandboxPolicy, mode: str):
+    started, cancelled = anyio.Event(), anyio.Event()
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c, anyio.create_task_group() as tg:
+            tg.start_soon(c.call_tool, "mcp__d__echo", {"text": "x"})
+            with anyio.fail_after(5):
+                await started.wait()
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(5):
+            await cancelled.wait()
+
+
+@MODES
+async def test_two_calls_to_one_server_run_concurrently(rwx_policy: SandboxPolicy, mode: str):
+    first_waiting, second_done = anyio.Event(), anyio.Event()
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        text = (params.arguments or {})["text"]
+        if text == "first":
+            first_waiting.set()
+            with anyio.fail_after(5):  # only finishes if the second call runs meanwhile
+                await second_done.wait()
+        else:
+            with anyio.fail_after(5):
+                await first_waiting.wait()
+            second_done.set()
+        return types.CallToolResult(content=[types.TextContent(text=text)])
+
+    results: dict[str, types.CallToolResult] = {}
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+
+            async def run(text: str) -> None:
+                results[text] = await c.call_tool("mcp__d__echo", {"text": text})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "first")
+                tg.start_soon(run, "second")
+    assert not results["first"].is_error and not results["second"].is_error
+
+
+async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx_policy: SandboxPolicy):
+    tools = [echo_tool("one")]
+    sessions: list[Any] = []
+    notes = Notifications()
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+        await ds.wait_ready()  # no startup announcements: the one notification below is the change
+        async with client(server, message_handler=notes) as c:
+            assert "mcp__d__one" in [t.name for t in (await c.list_tools()).tools]
+            tools.append(echo_tool("two"))
+            await sessions[0].send_tool_list_changed()
+            await notes.next()
+            names = [t.name for t in (await c.list_tools()).tools]
+    assert names[-2:] == ["mcp__d__one", "mcp__d__two"]
+
+
+async def test_a_modern_client_hears_of_tool_changes_through_subscriptions_listen(rwx_policy: SandboxPolicy):
+    gate = anyio.Event()
+    spec = DownstreamSpec("late", gated(downstream("late"), gate))
+    async with hub(rwx_policy, spec, startup_wait_seconds=0.1) as (_, _, server):
+        async with client(server, "auto") as c:
+            assert "mcp__late__echo" not in [t.name for t in (await c.list_tools()).tools]
+            async with c.listen(tools_list_changed=True) as subscription:
+                gate.set()
+                with anyio.fail_after(10):
+                    async for _ in subscription:
+                        break
+            assert "mcp__late__echo" in [t.name for t in (await c.list_tools()).tools]
+
+
+async def test_the_first_tools_list_waits_for_a_server_that_is_still_starting(rwx_policy: SandboxPolicy):
+    gate = anyio.Event()
+    listed: list[str] = []
+    async with hub(rwx_policy, DownstreamSpec("slow", gated(downstream("slow"), gate))) as (_, _, server):
+        async with client(server) as c:
+
+            async def list_now() -> None:
+                listed.extend(t.name for t in (await c.list_tools()).tools)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(list_now)
+                await anyio.wait_all_tasks_blocked()
+                assert listed == []  # still waiting for the slow server
+                gate.set()
+    assert listed[-1] == "mcp__slow__echo"
+
+
+async def test_a_server_arriving_after_the_startup_wait_is_announced_with_list_changed(rwx_policy: SandboxPolicy):
+    gate = anyio.Event()
+    notes = Notifications()
+    specs = (DownstreamSpec("fast", downstream("fast")), DownstreamSpec("late", gated(downstream("late"), gate)))
+    async with hub(rwx_policy, *specs, startup_wait_seconds=0.1) as (_, _, server):
+        async with client(server, message_handler=notes) as c:
+            first = [t.name for t in (await c.list_tools()).tools]
+            gate.set()
+            await notes.next()
+            second = [t.name for t in (await c.list_tools()).tools]
+    assert "mcp__fast__echo" in first and "mcp__late__echo" not in first
+    assert second[-2:] == ["mcp__fast__echo", "mcp__late__echo"]
+
+
+async def test_a_server_that_never_answers_initialize_is_skipped_after_its_connect_timeout(
+    rwx_policy: SandboxPolicy,
+):
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def silent() -> Any:
+        read_send, read_recv = anyio.create_memory_object_stream[Any](0)
+        write_send, write_recv = anyio.create_memory_object_stream[Any](100)
+        async with read_send, read_recv, write_send, write_recv:
+            yield read_recv, write_send
+
+    specs = (DownstreamSpec("mute", silent, connect_timeout_seconds=0.3), DownstreamSpec("ok", downstream("ok")))
+    async with hub(rwx_policy, *specs, backoff_seconds=30) as (downstreams, toolbox, _):
+        names = [t.name for t in await toolbox.list_tools()]
+        down = await toolbox.call_tool("mcp__mute__anything", {})
+        ok = await toolbox.call_tool("mcp__ok__echo", {"text": "fine"})
+        status = {s.server_name: s for s in downstreams.statuses()}
+    assert "mcp__ok__echo" in names
+    assert not ok.is_error
+    assert status["mute"].state == "failed" and "connect_timeout (0.3 s)" in (status["mute"].reason or "")
+    text = down.content[0].text  # type: ignore[union-attr]
+    assert down.is_error and "server mute is down" in text and "omega will retry in" in text
+
+
+async def test_a_disabled_server_is_listed_as_disabled_and_its_tools_say_so(rwx_policy: SandboxPolicy):
+    spec = DownstreamSpec("off", downstream("off"), enabled=False)
+    async with hub(rwx_policy, spec) as (downstreams, toolbox, _):
+        result = await toolbox.call_tool("mcp__off__echo", {"text": "x"})
+        assert [s.state for s in downstreams.statuses()] == ["disabled"]
+    assert result.is_error and "disabled" in result.content[0].text  # type: ignore[union-attr]
+
+
+def _prompt_server(name: str, prompt: str) -> Any:
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(
+            prompts=[types.Prompt(name=prompt, description="Say hi", arguments=[types.PromptArgument(name="who")])]
+        )
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        who = (params.arguments or {}).get("who", "?")
+        return types.GetPromptResult(
+            messages=[types.PromptMessage(role="user", content=types.TextContent(text=f"{name} says hi to {who}"))]
+        )
+
+    return downstream(name, on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+
+
+@MODES
+async def test_downstream_prompts_are_exported_as_server__prompt(rwx_policy: SandboxPolicy, mode: str):
+    specs = (DownstreamSpec("a", _prompt_server("a", "greet")), DownstreamSpec("b", _prompt_server("b", "greet")))
+    async with hub(rwx_policy, *specs) as (_, _, server):
+        async with client(server, mode) as c:
+            names = [p.name for p in (await c.list_prompts()).prompts]
+            got = await c.get_prompt("b__greet", {"who": "ana"})
+            with pytest.raises(MCPError, match="Unknown prompt"):
+                await c.get_prompt("c__greet", {})
+    assert names == ["a__greet", "b__greet"]
+    assert got.messages[0].content.text == "b says hi to ana"  # type: ignore[union-attr]
+
+
+def _resource_server(name: str, uris: list[str], template: str | None = None) -> Any:
+    async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[types.Resource(name=u, uri=u) for u in uris])
+
+    async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        listed = [types.ResourceTemplate(name="t", uri_template=template)] if template else []
+        return types.ListResourceTemplatesResult(resource_templates=listed)
+
+    async def read(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, text=f"{name} has {params.uri}")]
+        )
+
+    return downstream(
+        name, on_list_resources=list_resources, on_list_resource_templates=list_templates, on_read_resource=read
+    )
+
+
+@MODES
+async def test_resources_keep_their_uris_and_the_first_server_in_config_order_wins(
+    rwx_policy: SandboxPolicy, mode: str
+):
+    specs = (
+        DownstreamSpec("a", _resource_server("a", ["file:///shared", "file:///only-a"])),
+        DownstreamSpec("b", _resource_server("b", ["file:///shared", "file:///only-b"], "note://{id}")),
+    )
+    async with hub(rwx_policy, *specs) as (_, _, server):
+        async with client(server, mode) as c:
+            uris = [str(r.uri) for r in (await c.list_resources()).resources]
+            templates = [t.uri_template for t in (await c.list_resource_templates()).resource_templates]
+            shared = await c.read_resource("file:///shared")
+            only_b = await c.read_resource("file:///only-b")
+            by_template = await c.read_resource("note://7")
+            with pytest.raises(MCPError, match="Unknown resource"):
+                await c.read_resource("file:///nowhere")
+    assert uris == ["file:///shared", "file:///only-a", "file:///only-b"]
+    assert templates == ["note://{id}"]
+    assert shared.contents[0].text == "a has file:///shared"  # type: ignore[union-attr]
+    assert only_b.contents[0].text == "b has file:///only-b"  # type: ignore[union-attr]
+    assert by_template.contents[0].text == "b has note://7"  # type: ignore[union-attr]
