@@ -429,3 +429,18 @@ async def test_swapping_a_directory_for_an_outside_symlink_never_writes_outside(
     assert _tree(outside) == {"secret.txt": b"original"}
     assert swaps > 0
     assert written + refused > 0
+
+
+async def test_a_servers_toml_in_the_server_cwd_cannot_be_created_by_the_file_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # omega would load ./servers.toml on its next start: a model must not be able to plant one.
+    from omega_mcp.config import Config
+
+    cwd = tmp_path / "ws"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    config = Config(home=tmp_path / "home")
+    policy = SandboxPolicy.from_config(config, workspace=cwd)
+    await _denied_write(policy, "servers.toml", watch=tmp_path)
+    assert not (cwd / "servers.toml").exists()

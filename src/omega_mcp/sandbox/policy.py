@@ -44,6 +44,8 @@ class SandboxPolicy:
     max_open_files: int | None = None
     memory_mb: int | None = None
     tmp_dir: Path = field(default=Path("/tmp"))
+    config_candidates: tuple[Path, ...] = ()
+    """Other files omega would load as its config on a later start (`./servers.toml` of its cwd)."""
 
     @classmethod
     def from_config(
@@ -65,6 +67,7 @@ class SandboxPolicy:
             max_file_size_mb=sb.max_file_size_mb,
             max_open_files=sb.max_open_files,
             memory_mb=sb.memory_mb,
+            config_candidates=(Path.cwd().absolute() / "servers.toml",),
         )
 
     @property
@@ -83,7 +86,7 @@ class SandboxPolicy:
     @property
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config and state: never writable (any mode), token never readable."""
-        paths = [self.home / "servers.toml", self.token_file, self.state_dir]
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir, *self.config_candidates]
         if self.config_path is not None:
             paths.append(self.config_path)
         return tuple(dict.fromkeys(paths))
