@@ -160,3 +160,43 @@ def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
     http = json.loads(_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
     assert http["mcpServers"]["omega"]["type"] == "http"
     assert http["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765/mcp"
+
+
+def test_serve_logs_the_effective_sandbox_once_on_stderr(tmp_path: Path):
+    ws = tmp_path / "ws"
+    proc = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "serve", "--workspace", str(ws)],
+        input="",
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    lines = [line for line in proc.stderr.splitlines() if "sandbox: mode=" in line]
+    assert len(lines) == 1, proc.stderr
+    assert "mode=sandbox" in lines[0] and str(ws) in lines[0] and "network" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_tools_json_reports_the_sandbox(tmp_path: Path):
+    proc = _omega(tmp_path, "tools", "--json", "--workspace", str(tmp_path / "ws"), "--mode", "rx")
+    assert proc.returncode == 0, proc.stderr
+    sandbox = json.loads(proc.stdout)["sandbox"]
+    assert sandbox["mode"] == "rx"
+    assert str(tmp_path / "ws") in sandbox["write_roots"]
+    assert {"bash", "network", "landlock_abi", "limits"} <= sandbox.keys()
+
+
+async def test_the_instructions_summarize_the_sandbox_and_the_servers(tmp_path: Path):
+    config = _config(tmp_path, '[servers.later]\ncommand = "true"\nenabled = false\n')
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config)],
+        env={"OMEGA_HOME": str(tmp_path / "home")},
+    )
+    async with mcp.Client(params, mode="legacy") as client:
+        instructions = client.instructions or ""
+    assert "omega-mcp tool hub" in instructions
+    assert "rwx" in instructions and str(tmp_path / "ws") in instructions
+    assert "mcp__later__*" in instructions

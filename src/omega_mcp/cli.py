@@ -103,6 +103,9 @@ def _setup_logging(level_name: str) -> None:
         raise _UsageError(f"--log-level: unknown level {level_name!r} (use debug, info, warning or error)")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("omega-mcp %(levelname)s %(name)s: %(message)s"))
+    # The handler's own level keeps stderr at the chosen level even when an MCP client asks for
+    # debug logs (logging/setLevel lowers omega's logger level, not this handler's).
+    handler.setLevel(level)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(level, logging.WARNING))
@@ -161,14 +164,19 @@ async def _until_signalled(scope: anyio.CancelScope) -> None:
 
 
 async def _serve(config: Config, args: argparse.Namespace) -> int:
+    from omega_mcp.instructions import hub_instructions
+    from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.server import build_server, run_stdio
 
     if args.http and not 0 < args.port < 65536:
         raise _UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     async with _open_toolbox(config, args) as toolbox:
         policy = toolbox.policy
-        logger.info("sandbox: mode=%s workspace=%s", policy.mode, policy.workspace)
-        server = build_server(toolbox)
+        sandbox: dict[str, Any] = describe_sandbox(policy)
+        logger.info("%s", _sandbox_line(sandbox))
+        for warning in sandbox["warnings"]:
+            logger.warning("sandbox: %s", warning)
+        server = build_server(toolbox, instructions=hub_instructions(policy, sandbox, list(config.servers)))
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
             if args.http:
@@ -180,6 +188,18 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
                 await run_stdio(server)
             tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _sandbox_line(sandbox: dict[str, Any]) -> str:
+    """The effective sandbox in one stderr line."""
+    bash = str(sandbox["bash"])
+    if sandbox.get("confinement"):
+        abi = f" ABI {sandbox['landlock_abi']}" if sandbox.get("landlock_abi") else ""
+        bash += f" ({sandbox['confinement']}{abi}{', pid namespace' if sandbox.get('pid_namespace') else ''})"
+    if sandbox.get("refusal"):
+        bash += f": {sandbox['refusal']}"
+    roots = ", ".join(sandbox["write_roots"])
+    return f"sandbox: mode={sandbox['mode']}; bash {bash}; bash writes: {roots}; network: {sandbox['network']}"
 
 
 def _tool_json(tool: Any) -> dict[str, Any]:
@@ -198,6 +218,7 @@ def _server_line(status: ServerStatus) -> str:
 async def _tools(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     from omega_mcp.names import Route
     from omega_mcp.proxy import Downstreams
+    from omega_mcp.sandbox.launch import describe_sandbox
 
     async with _open_toolbox(config, args) as toolbox:
         tools = await toolbox.list_tools()
@@ -220,7 +241,7 @@ async def _tools(config: Config, args: argparse.Namespace, out: TextIO) -> int:
                 "tools": [_tool_json(t) for t in tools],
                 "servers": servers,
                 "sandbox": {
-                    "mode": policy.mode,
+                    **describe_sandbox(policy),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },

@@ -418,6 +418,14 @@ class Downstreams:
         """
         return await self._exports.read_resource(self._connected(), uri)
 
+    async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Forward `completion/complete` to the server owning the prompt or resource.
+
+        Raises:
+            MCPError: unknown prompt or resource, or the server's own error.
+        """
+        return await self._exports.complete(self._connected(), params)
+
     # -- status ------------------------------------------------------------------------------
 
     def statuses(self) -> list[ServerStatus]:

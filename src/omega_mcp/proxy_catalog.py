@@ -64,6 +64,42 @@ class Exports:
                 return types.GetPromptResult.model_validate(raw, by_name=False)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
+    async def complete(self, connected: Connected, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Forward `completion/complete` for an exported prompt or a resource (template) to its server.
+
+        A server that does not offer completions yields no suggestions rather than an error.
+
+        Raises:
+            MCPError: the prompt or resource is unknown, or the server's own error.
+        """
+        ref = params.ref
+        owner: DownstreamSession | None = None
+        wire_ref: dict[str, Any]
+        if isinstance(ref, types.PromptReference):
+            for server_name, catalog, session in connected:
+                prompt_name = ref.name.removeprefix(f"{server_name}__")
+                if prompt_name != ref.name and any(p.name == prompt_name for p in catalog.prompts):
+                    owner = session
+                    break
+            else:
+                raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {ref.name!r}")
+            wire_ref = {"type": "ref/prompt", "name": prompt_name}
+        else:
+            owner = next(
+                (s for _, c, s in connected if any(t.uri_template == ref.uri for t in c.resource_templates)), None
+            ) or next((s for _, c, s in connected if any(r.uri == ref.uri for r in c.resources)), None)
+            if owner is None:
+                raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
+            wire_ref = {"type": "ref/resource", "uri": ref.uri}
+        capabilities = owner.session.server_capabilities
+        if capabilities is None or capabilities.completions is None:
+            return types.CompleteResult(completion=types.Completion(values=[]))
+        # `_meta` carries the caller's per-hop envelope (protocol version, client info): never forwarded.
+        wire = params.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"meta"})
+        wire["ref"] = wire_ref
+        raw = await owner.request("completion/complete", wire, timeout_seconds=owner.spec.timeout_seconds)
+        return types.CompleteResult.model_validate(raw, by_name=False)
+
     def _first_wins(self, kind: str, items: list[tuple[str, str, Any]]) -> list[Any]:
         owners: dict[str, str] = {}
         kept: list[Any] = []

@@ -14,6 +14,7 @@ noticed; remote URLs try streamable HTTP, then SSE (SSE first for URLs ending in
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -38,6 +39,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from omega_mcp import __version__
+from omega_mcp.mcp_logging import python_level
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target
 from omega_mcp.proxy_stdio import StdioTransport
@@ -254,6 +256,13 @@ class DownstreamSession:
                 self._signal("prompts")
             case types.ResourceListChangedNotification():
                 self._signal("resources")
+            case types.LoggingMessageNotification(params=params):
+                # Re-logged under omega's logger: stderr shows it, and clients that asked for logs
+                # (logging/setLevel) receive it, attributed to this server.
+                data = params.data if isinstance(params.data, str) else json.dumps(params.data, default=str)
+                logging.getLogger(f"omega_mcp.downstream.{self.spec.server_name}").log(
+                    python_level(params.level), "%s%s", f"{params.logger}: " if params.logger else "", data
+                )
             case _:
                 pass
 

@@ -1,0 +1,110 @@
+"""MCP logging for the hub: `logging/setLevel` and `notifications/message` to the clients.
+
+omega's own log records (logger `omega_mcp` and below, which includes what downstream servers
+log to us, under `omega_mcp.downstream.<server>`) are queued by a `logging.Handler` and sent by
+one task to every handshake-era connection that asked for logs with `logging/setLevel`, at or
+above the level it asked for. The queue is bounded and drops when full, so a chatty downstream
+can never block or grow the server. (The 2026-07-28 era has no connection-wide log channel.)
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import cast
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import types
+from mcp.server.connection import Connection
+
+__all__ = ["LogForwarder", "python_level"]
+
+_PYTHON_LEVELS: dict[types.LoggingLevel, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO + 5,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL + 5,
+    "emergency": logging.CRITICAL + 10,
+}
+_QUEUE = 256
+_SEND_SECONDS = 2.0
+
+
+def python_level(level: str) -> int:
+    """The `logging` level of an MCP level name (syslog's eight)."""
+    return _PYTHON_LEVELS.get(cast(types.LoggingLevel, level), logging.INFO)
+
+
+def _mcp_level(levelno: int) -> types.LoggingLevel:
+    chosen: types.LoggingLevel = "debug"
+    for name, number in _PYTHON_LEVELS.items():
+        if levelno >= number:
+            chosen = name
+    return chosen
+
+
+class _QueueHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.send: MemoryObjectSendStream[tuple[int, str, str]] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.send is None:
+            return
+        try:
+            self.send.send_nowait((record.levelno, record.name, record.getMessage()))
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # full or shutting down: logs are best effort, the server never waits for them
+        except Exception:  # boundary: a logging handler must never raise into the caller
+            self.handleError(record)
+
+
+class LogForwarder:
+    """Per-connection log levels and the task that delivers log records to those connections."""
+
+    def __init__(self, logger_name: str = "omega_mcp") -> None:
+        self._levels: weakref.WeakKeyDictionary[Connection, int] = weakref.WeakKeyDictionary()
+        self._logger = logging.getLogger(logger_name)
+        self._handler = _QueueHandler()
+
+    def set_level(self, connection: Connection, level: str) -> None:
+        """Deliver records at or above `level` to `connection` from now on."""
+        self._levels[connection] = python_level(level)
+        # The logger's own level gates records before any handler sees them.
+        lowest = min(self._levels.values(), default=logging.WARNING)
+        if self._logger.getEffectiveLevel() > lowest:
+            self._logger.setLevel(lowest)
+
+    async def run(self) -> None:
+        """Queue omega's log records and deliver them until cancelled (then detach and close)."""
+        send, receive = anyio.create_memory_object_stream[tuple[int, str, str]](_QUEUE)
+        self._handler.send = send
+        self._logger.addHandler(self._handler)
+        try:
+            async with send, receive:
+                async for levelno, name, message in receive:
+                    await self._deliver(levelno, name, message)
+        finally:
+            self._logger.removeHandler(self._handler)
+            self._handler.send = None
+
+    async def _deliver(self, levelno: int, name: str, message: str) -> None:
+        for connection, threshold in list(self._levels.items()):
+            if levelno < threshold:
+                continue
+            with anyio.move_on_after(_SEND_SECONDS):
+                try:
+                    # Connection.log is marked deprecated (the 2026 era dropped logging); the
+                    # handshake-era notification it would send is exactly this one.
+                    params = {"level": _mcp_level(levelno), "logger": _short(name), "data": message}
+                    await connection.notify("notifications/message", params)
+                except Exception:  # boundary: a gone client must not stop delivery to others
+                    self._levels.pop(connection, None)
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("omega_mcp.").removeprefix("downstream.") or "omega"
