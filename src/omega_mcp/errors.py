@@ -76,11 +76,16 @@ class InvalidArgumentsError(ToolError):
 
 
 class PathDeniedError(ToolError):
-    """The sandbox policy refuses access to a path. The message contains `denied` and the path."""
+    """The sandbox policy refuses access to a path. The message contains `denied` and the path.
 
-    def __init__(self, path: str, reason: str) -> None:
+    `askable` marks a write refused only for being outside the writable roots (never the blocklist):
+    with `[sandbox] on_denied = "ask"` the user may approve it once (`sandbox/approvals.py`).
+    """
+
+    def __init__(self, path: str, reason: str, *, askable: bool = False) -> None:
         self.path = path
         self.reason = reason
+        self.askable = askable
         super().__init__(f"denied: {path}: {reason}")
 
 

@@ -38,6 +38,7 @@ from omega_mcp.builtin.schemas import (
 )
 from omega_mcp.errors import DownstreamError, InvalidArgumentsError, ToolError, UnknownToolError
 from omega_mcp.names import Namespace, Route
+from omega_mcp.sandbox.approvals import Approver, Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["Downstreams", "ProgressFn", "Toolbox", "error_result"]
@@ -152,6 +153,8 @@ class Toolbox:
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
         self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
+        self.grants = Grants()
+        """One-time write approvals (`on_denied = "ask"`), shared by every front-end of this Toolbox."""
 
     async def __aenter__(self) -> Self:
         async with AsyncExitStack() as stack:
@@ -228,10 +231,12 @@ class Toolbox:
         *,
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
+        approve: Approver | None = None,
     ) -> types.CallToolResult:
         """Run one tool call; every failure but an unknown name is an isError result.
 
-        `meta` is the caller's request `_meta`, passed on to a downstream server.
+        `meta` is the caller's request `_meta`, passed on to a downstream server. `approve` asks the
+        caller's user to allow a write outside the roots once (`on_denied = "ask"`); None denies it.
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
@@ -240,7 +245,7 @@ class Toolbox:
         try:
             route = await self._resolve(name)
             if route.server_name is None:
-                return await self._call_builtin(route.tool_name, args)
+                return await self._call_builtin(route.tool_name, args, approve)
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool(
@@ -261,6 +266,7 @@ class Toolbox:
         *,
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
+        approve: Approver | None = None,
     ) -> dict[str, Any]:
         """`call_tool` for the MCP server: the result as wire JSON (a downstream's, untouched).
 
@@ -274,7 +280,7 @@ class Toolbox:
         try:
             route = await self._resolve(name)
             if route.server_name is None:
-                return _wire(await self._call_builtin(route.tool_name, args))
+                return _wire(await self._call_builtin(route.tool_name, args, approve))
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool_wire(
@@ -288,7 +294,9 @@ class Toolbox:
             logger.exception("tool %s failed unexpectedly", name)
             return _error_wire(f"internal error in {name}: {type(exc).__name__}: {exc}")
 
-    async def _call_builtin(self, tool_name: str, raw: dict[str, Any]) -> types.CallToolResult:
+    async def _call_builtin(
+        self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None
+    ) -> types.CallToolResult:
         builtin = self._builtins[tool_name]
         try:
             args = builtin.model.model_validate(raw)
@@ -301,9 +309,9 @@ class Toolbox:
             case ReadArgs():
                 return await _files.read_file(policy, args)
             case WriteArgs():
-                return await _files.write_file(policy, args)
+                return await _files.write_file(policy, args, approve=approve, grants=self.grants)
             case EditArgs():
-                return await _files.edit_file(policy, args)
+                return await _files.edit_file(policy, args, approve=approve, grants=self.grants)
             case BashOutputArgs():
                 return await self._shells.output(args.shell_id)
             case KillShellArgs():

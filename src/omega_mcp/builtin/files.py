@@ -8,6 +8,7 @@ file in place: they write a temp file next to the target through the parent dire
 target, so a failure leaves the old content intact. The target entry itself is never followed:
 writing to a symbolic link replaces the link with a regular file (its target is untouched), a
 hard-linked file is replaced as this directory entry only, and `edit` refuses symbolic links.
+With `on_denied = "ask"`, a write outside the roots is put to the user first (`sandbox/approvals.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import secrets
 import stat
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -23,6 +25,7 @@ from mcp import types
 
 from omega_mcp.builtin.schemas import DEFAULT_READ_LIMIT, EditArgs, ReadArgs, WriteArgs
 from omega_mcp.errors import InvalidArgumentsError, ToolError
+from omega_mcp.sandbox.approvals import Approver, Grants, with_approval
 from omega_mcp.sandbox.paths import (
     DEV_NULL,
     ParentDir,
@@ -266,7 +269,7 @@ def _replace(parent: ParentDir, data: bytes, old: os.stat_result | None) -> None
     _fsync_dir(parent.dir_fd)
 
 
-def _write_sync(policy: SandboxPolicy, path: Path, data: bytes) -> str:
+def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants | None) -> str:
     try:
         if path == DEV_NULL:
             fd = os.open(DEV_NULL, os.O_WRONLY | os.O_CLOEXEC)
@@ -275,7 +278,7 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes) -> str:
             finally:
                 os.close(fd)
             return f"Wrote {_plural(len(data), 'byte')} to {path} (discarded)"
-        with open_write_parent(policy, path, create=True) as parent:
+        with open_write_parent(policy, path, create=True, grants=grants) as parent:
             old = _lstat(parent)
             note = "updated"
             if old is None:
@@ -290,8 +293,12 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes) -> str:
     return f"Wrote {_plural(len(data), 'byte')} to {path} ({note})"
 
 
-async def write_file(policy: SandboxPolicy, args: WriteArgs) -> types.CallToolResult:
+async def write_file(
+    policy: SandboxPolicy, args: WriteArgs, *, approve: Approver | None = None, grants: Grants | None = None
+) -> types.CallToolResult:
     """The `write` tool: create or atomically replace a file (parents created, mode kept).
+
+    With `on_denied = "ask"`, `approve` and `grants`, a path outside the roots is put to the user once.
 
     Raises:
         PathDeniedError: outside the write roots or on the blocklist. ToolError: not a regular file, I/O error.
@@ -303,7 +310,8 @@ async def write_file(policy: SandboxPolicy, args: WriteArgs) -> types.CallToolRe
         raise InvalidArgumentsError(
             f"content is not valid Unicode (a lone surrogate at index {exc.start}); nothing was written"
         ) from None
-    return _text(await anyio.to_thread.run_sync(_write_sync, policy, path, data))
+    attempt = partial(_write_sync, policy, path, data)
+    return _text(await with_approval(policy, path, attempt, approve=approve, grants=grants))
 
 
 def _uses_crlf(text: str) -> bool:
@@ -392,9 +400,9 @@ def _read_for_edit(policy: SandboxPolicy, parent: ParentDir) -> tuple[bytes, os.
         os.close(fd)
 
 
-def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs) -> str:
+def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs, grants: Grants | None) -> str:
     try:
-        with open_write_parent(policy, path, create=False) as parent:
+        with open_write_parent(policy, path, create=False, grants=grants) as parent:
             st = _lstat(parent)
             if st is None:
                 raise ToolError(f"file does not exist: {path}; use write to create it")
@@ -412,8 +420,12 @@ def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs) -> str:
     return message
 
 
-async def edit_file(policy: SandboxPolicy, args: EditArgs) -> types.CallToolResult:
+async def edit_file(
+    policy: SandboxPolicy, args: EditArgs, *, approve: Approver | None = None, grants: Grants | None = None
+) -> types.CallToolResult:
     """The `edit` tool: replace the first (or every) literal occurrence of old_string, atomically.
+
+    Asks the user as `write_file` does.
 
     Raises:
         PathDeniedError: outside the write roots or on the blocklist. ToolError: bad strings, missing file,
@@ -424,4 +436,5 @@ async def edit_file(policy: SandboxPolicy, args: EditArgs) -> types.CallToolResu
     if args.old_string == args.new_string:
         raise InvalidArgumentsError("old_string and new_string are identical; nothing to change")
     path = resolve_path(policy, args.file_path)
-    return _text(await anyio.to_thread.run_sync(_edit_sync, policy, path, args))
+    attempt = partial(_edit_sync, policy, path, args)
+    return _text(await with_approval(policy, path, attempt, approve=approve, grants=grants))

@@ -5,9 +5,10 @@ parent directory relative to an fd of the allowed root with `openat2(RESOLVE_BEN
 RESOLVE_NO_MAGICLINKS)` (fallback without openat2: a component walk that refuses symlinks), and
 every later operation (create, temp file, rename) goes through that directory fd, so a symlink
 swapped in mid-call cannot redirect it. The blocklist (system dirs, omega's config and state) is
-checked on the lexical path *and* on the real location of the opened fd. Reads are unrestricted
-except `/proc/*/environ` and the token file, checked the same two ways. All functions here block:
-call them from a worker thread.
+checked on the lexical path *and* on the real location of the opened fd. A write the user approved
+outside the roots (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it
+lands exactly at the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token
+file, checked the same two ways. All functions here block: call them from a worker thread.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from collections.abc import Generator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
 from omega_mcp.sandbox.policy import SYSTEM_DIRS, SandboxPolicy
+
+if TYPE_CHECKING:
+    from omega_mcp.sandbox.approvals import Grants
 
 __all__ = [
     "DEV_NULL",
@@ -41,6 +46,7 @@ DEV_NULL = Path("/dev/null")
 
 _SYS_OPENAT2 = 437  # same number on every architecture (generic syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _EAGAIN_RETRIES = 8
@@ -194,13 +200,14 @@ def _walk(dir_fd: int, parts: tuple[str, ...], *, follow: bool) -> int:
         raise
 
 
-def _open_beneath(root_fd: int, parts: tuple[str, ...], *, contained: bool) -> int:
+def _open_beneath(root_fd: int, parts: tuple[str, ...], *, contained: bool, exact: bool) -> int:
+    """Open `parts` below `root_fd`: beneath it if `contained`, through no symbolic link at all if `exact`."""
     if not parts:
         return os.dup(root_fd)
     if _have_openat2():
-        resolve = _RESOLVE_NO_MAGICLINKS | (_RESOLVE_BENEATH if contained else 0)
+        resolve = _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_SYMLINKS if exact else _RESOLVE_BENEATH if contained else 0)
         return _openat2(root_fd, "/".join(parts), resolve)
-    return _walk(root_fd, parts, follow=not contained)
+    return _walk(root_fd, parts, follow=not (contained or exact))
 
 
 def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
@@ -212,11 +219,16 @@ def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
         if path.is_relative_to(alias)
     ]
     if not matches:
-        raise PathDeniedError(
-            str(path),
+        reason = (
             f"outside the writable roots; writable ({policy.mode} mode): {_roots_text(policy)}; write inside one of "
-            f"them (relative paths resolve against the workspace {policy.workspace})",
+            f"them (relative paths resolve against the workspace {policy.workspace})"
         )
+        askable = policy.on_denied == "ask"
+        # A symlink on the way: the user would approve one path and the write would land at another.
+        if askable and (real := Path(os.path.realpath(path.parent)) / path.name) != path:
+            askable = False
+            reason += f"; it goes through a symbolic link (really {real}), so it cannot be approved: use the real path"
+        raise PathDeniedError(str(path), reason, askable=askable)
     _, root, alias = max(matches, key=lambda m: m[0])
     return root, alias
 
@@ -231,12 +243,14 @@ def _open_root(root: Path, *, create: bool) -> int:
     return os.open(root, _DIR_FLAGS)
 
 
-def _open_parent_fd(policy: SandboxPolicy, path: Path, root: Path, rel: tuple[str, ...], create: bool) -> int:
+def _open_parent_fd(
+    policy: SandboxPolicy, path: Path, root: Path, rel: tuple[str, ...], create: bool, *, exact: bool
+) -> int:
     contained = policy.mode != "rwx"
     root_fd = _open_root(root, create=create)
     try:
         try:
-            return _open_beneath(root_fd, rel, contained=contained)
+            return _open_beneath(root_fd, rel, contained=contained, exact=exact)
         except FileNotFoundError:
             if not create:
                 raise
@@ -245,7 +259,7 @@ def _open_parent_fd(policy: SandboxPolicy, path: Path, root: Path, rel: tuple[st
         depth = len(rel) - 1
         while True:
             try:
-                fd = _open_beneath(root_fd, rel[:depth], contained=contained)
+                fd = _open_beneath(root_fd, rel[:depth], contained=contained, exact=exact)
                 break
             except FileNotFoundError:
                 depth -= 1
@@ -266,13 +280,19 @@ def _open_parent_fd(policy: SandboxPolicy, path: Path, root: Path, rel: tuple[st
         os.close(root_fd)
 
 
+_NOT_EXACT = "an approved write never follows a symbolic link, and the way to it now goes through one"
+
+
 @contextmanager
-def open_write_parent(policy: SandboxPolicy, path: Path, *, create: bool) -> Generator[ParentDir]:
+def open_write_parent(
+    policy: SandboxPolicy, path: Path, *, create: bool, grants: Grants | None = None
+) -> Generator[ParentDir]:
     """Open the parent directory of a write target beneath its allowed root; the fd closes on exit.
 
     `path` comes from `resolve_path`. With `create`, missing parent directories are made (and a missing
     configured root). The leaf itself is not resolved: callers act on `ParentDir.name` relative to
-    `ParentDir.dir_fd` without following it.
+    `ParentDir.dir_fd` without following it. A path outside every root is opened if `grants` holds an
+    unexpired approval for it (consumed here): from `/`, through no symbolic link, blocklist still checked.
 
     Raises:
         PathDeniedError: outside every write root, escaping its root, or on the blocklist (lexically or really).
@@ -281,23 +301,34 @@ def open_write_parent(policy: SandboxPolicy, path: Path, *, create: bool) -> Gen
     _check_write_allowed(policy, path, path)
     if path == Path("/"):
         raise ToolError("cannot write to `/`: it is a directory")
-    root, alias = _pick_root(policy, path)
+    exact = False
+    try:
+        root, alias = _pick_root(policy, path)
+    except PathDeniedError as exc:
+        if not exc.askable or grants is None or not grants.consume(path):
+            raise
+        root = alias = Path("/")
+        exact = True
     rel = path.relative_to(alias).parts[:-1]
     if path == alias:  # writing the root itself: its parent is outside the root
         raise ToolError(f"cannot write to {path}: it is a directory (a writable root)")
     try:
-        fd = _open_parent_fd(policy, path, root, rel, create)
+        fd = _open_parent_fd(policy, path, root, rel, create, exact=exact)
     except FileNotFoundError:
         raise ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)") from None
     except NotADirectoryError:
         raise ToolError(f"cannot use {path}: a component of {path.parent} is not a directory") from None
     except OSError as exc:
         if exc.errno in (errno.EXDEV, errno.ELOOP):
+            if exact:
+                raise PathDeniedError(str(path), f"{_NOT_EXACT}; nothing was written") from None
             raise _deny_escape(policy, path, root, exc) from None
         raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
     try:
         real = _real_fd_path(fd, path.parent) / path.name
         _check_write_allowed(policy, real, path)
+        if exact and real != path:  # cannot happen without a symlink on the way; checked all the same
+            raise PathDeniedError(str(path), f"{_NOT_EXACT} (really {real}); nothing was written")
         yield ParentDir(dir_fd=fd, name=path.name, path=path, real_path=real)
     finally:
         os.close(fd)
