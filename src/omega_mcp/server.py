@@ -37,9 +37,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp import __version__
 from omega_mcp.errors import UnknownToolError
+from omega_mcp.mcp_logging import LogForwarder
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy import Downstreams
 from omega_mcp.relay import Relay
+from omega_mcp.sandbox.approvals import elicitation_approver
 from omega_mcp.server_stdio import stdio_streams
 from omega_mcp.toolbox import Toolbox
 
@@ -71,6 +73,7 @@ class OmegaServer(Server[Any]):
                 "on_list_resources": self._on_list_resources,
                 "on_list_resource_templates": self._on_list_resource_templates,
                 "on_read_resource": self._on_read_resource,
+                "on_completion": self._on_completion,
             }
         super().__init__(
             SERVER_NAME,
@@ -84,6 +87,12 @@ class OmegaServer(Server[Any]):
             **extra,
         )
         self._following = False
+        self._leader_gone = anyio.Event()
+        self._announced: tuple[int, int, int] | None = None
+        # Registered directly: the constructor's on_set_logging_level warns that logging is
+        # deprecated in the 2026 era, but handshake-era clients (Claude Code, the Inspector) use it.
+        self.logs = LogForwarder()
+        self.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._on_set_level)
         # The fast path replaces the SDK's default OpenTelemetry middleware: it costs every
         # request a span even with no exporter, and nothing here exports traces.
         self.middleware = [self._fast_call_tool]
@@ -104,7 +113,11 @@ class OmegaServer(Server[Any]):
         try:
             # report_progress is a no-op unless the client asked for progress (in either era).
             return await self.toolbox.call_tool(
-                params.name, params.arguments, progress=session.report_progress, meta=ctx.meta
+                params.name,
+                params.arguments,
+                progress=session.report_progress,
+                meta=ctx.meta,
+                approve=elicitation_approver(session, ctx.request_id),
             )
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -131,7 +144,8 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
         try:
-            return await self.toolbox.call_tool_wire(name, arguments, progress=progress, meta=meta)
+            approve = elicitation_approver(ctx.session, ctx.request_id)
+            return await self.toolbox.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve)
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
 
@@ -173,6 +187,18 @@ class OmegaServer(Server[Any]):
         await catalog.wait_ready()  # its server may still be starting
         return await catalog.read_resource(params.uri)
 
+    async def _on_completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        catalog = self._require_catalog()
+        await catalog.wait_ready()
+        return await catalog.complete(params)
+
+    # -- logging -----------------------------------------------------------------------------
+
+    async def _on_set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        self._remember(ctx.session)
+        self.logs.set_level(ctx.session._connection, params.level)  # pyright: ignore[reportPrivateUsage]
+        return types.EmptyResult()
+
     # -- change notifications ----------------------------------------------------------------
 
     def create_initialization_options(
@@ -195,19 +221,28 @@ class OmegaServer(Server[Any]):
 
     @asynccontextmanager
     async def _lifespan(self, _: Server[Any]) -> AsyncGenerator[dict[str, Any]]:
-        # The SDK enters the lifespan around every connection; one follower per server suffices
-        # (it notifies every remembered session), so only the first connection starts it.
-        if self._following or self.catalog is None:
+        # The SDK enters the lifespan around every connection. One connection at a time leads
+        # (forwards list changes and logs to every remembered connection); when the leader's
+        # connection ends, another live one takes over, so an HTTP hub never goes deaf.
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(self._lead_when_needed)
             yield {}
-            return
-        self._following = True
-        try:
-            async with anyio.create_task_group() as task_group:
-                task_group.start_soon(self.follow_changes)
-                yield {}
-                task_group.cancel_scope.cancel()
-        finally:
-            self._following = False
+            task_group.cancel_scope.cancel()
+
+    async def _lead_when_needed(self) -> None:
+        while True:
+            if not self._following:
+                self._following = True
+                try:
+                    async with anyio.create_task_group() as task_group:
+                        task_group.start_soon(self.logs.run)
+                        if self.catalog is not None:
+                            task_group.start_soon(self.follow_changes)
+                finally:
+                    self._following = False
+                    self._leader_gone.set()
+                    self._leader_gone = anyio.Event()
+            await self._leader_gone.wait()
 
     async def _notify(self, kind: str) -> None:
         await self._bus.publish(
@@ -234,14 +269,16 @@ class OmegaServer(Server[Any]):
         catalog = self.catalog
         if catalog is None:
             return
-        seen = catalog.versions()
+        # Kept on the server, not here: a leader taking over announces what changed in between.
+        if self._announced is None:
+            self._announced = catalog.versions()
         while True:
-            await catalog.wait_changed()
             now = catalog.versions()
-            for kind, before, after in zip(("tools", "prompts", "resources"), seen, now, strict=True):
+            for kind, before, after in zip(("tools", "prompts", "resources"), self._announced, now, strict=True):
                 if after != before:
                     await self._notify(kind)
-            seen = now
+            self._announced = now
+            await catalog.wait_changed()
 
 
 def build_server(
@@ -251,8 +288,10 @@ def build_server(
 
     `catalog` defaults to the Toolbox's downstreams when they are a `proxy.Downstreams`.
     """
-    if catalog is None and isinstance(toolbox.downstreams, Downstreams):
-        catalog = toolbox.downstreams
+    if catalog is None:
+        # Without downstream servers the lists are simply empty: a hub always answers
+        # prompts/list, resources/list and completion (an empty catalog needs no starting).
+        catalog = toolbox.downstreams if isinstance(toolbox.downstreams, Downstreams) else Downstreams([])
     return OmegaServer(toolbox, catalog=catalog, instructions=instructions)
 
 
