@@ -26,7 +26,7 @@ from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["PipeReader", "PipeWriter"]
+__all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,35 @@ Intercept = Callable[[dict[str, Any]], Awaitable[bool]]
 """Sees each decoded message before the SDK does; returns True when it took the message."""
 
 
-class PipeReader:
+class MessageReadStream:
+    """The iteration and context-manager protocol of an SDK read stream, over `receive`/`aclose`."""
+
+    async def receive(self) -> SessionMessage | Exception:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class PipeReader(MessageReadStream):
     """Newline-delimited JSON-RPC messages from a non-blocking descriptor (not closed by us)."""
 
     def __init__(self, fd: int, *, label: str = "") -> None:
@@ -129,24 +157,6 @@ class PipeReader:
 
     async def aclose(self) -> None:
         self._closed = True
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 class PipeWriter:

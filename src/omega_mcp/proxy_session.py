@@ -40,7 +40,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from omega_mcp import __version__
 from omega_mcp.mcp_logging import python_level
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.pipes import MessageReadStream, PipeReader, PipeWriter
 from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target
 from omega_mcp.proxy_stdio import StdioTransport
 from omega_mcp.spawn import INIT_ID
@@ -55,7 +55,7 @@ _PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
 _T = TypeVar("_T")
 
 
-class _EofWatch:
+class _EofWatch(MessageReadStream):
     """A read stream that reports its end (the peer went away) before passing it on."""
 
     def __init__(self, inner: ReadStream[SessionMessage | Exception], on_eof: Callable[[], None]) -> None:
@@ -74,24 +74,6 @@ class _EofWatch:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 class DownstreamSession:

@@ -12,11 +12,11 @@ server turns into a JSON-RPC error and the agent loop into an error result.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
@@ -44,6 +44,8 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 __all__ = ["Downstreams", "ProgressFn", "Toolbox", "error_result"]
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 ProgressFn = ProgressFnT
 """`(progress, total, message)`: the SDK's progress callback shape."""
@@ -114,6 +116,10 @@ def _error_wire(message: str) -> dict[str, Any]:
 
 def _wire(result: types.CallToolResult) -> dict[str, Any]:
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _identity(result: types.CallToolResult) -> types.CallToolResult:
+    return result
 
 
 def _field_path(path: Sequence[Any]) -> str:
@@ -241,23 +247,15 @@ class Toolbox:
         Raises:
             UnknownToolError: no tool has this name (or alias).
         """
-        args = dict(arguments or {})
-        try:
-            route = await self._resolve(name)
-            if route.server_name is None:
-                return await self._call_builtin(route.tool_name, args, approve)
-            self.check_arguments(route, args)
-            assert self.downstreams is not None
-            return await self.downstreams.call_tool(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta
-            )
-        except UnknownToolError:
-            raise
-        except ToolError as exc:
-            return error_result(str(exc))
-        except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
-            logger.exception("tool %s failed unexpectedly", name)
-            return error_result(f"internal error in {name}: {type(exc).__name__}: {exc}")
+        downstreams = self.downstreams
+
+        async def forward(route: Route, args: dict[str, Any]) -> types.CallToolResult:
+            assert downstreams is not None and route.server_name is not None
+            return await downstreams.call_tool(route.server_name, route.tool_name, args, progress=progress, meta=meta)
+
+        return await self._call(
+            name, arguments, approve, forward=forward, from_builtin=_identity, from_error=error_result
+        )
 
     async def call_tool_wire(
         self,
@@ -276,23 +274,41 @@ class Toolbox:
         Raises:
             UnknownToolError: no tool has this name (or alias).
         """
+        downstreams = self.downstreams
+
+        async def forward(route: Route, args: dict[str, Any]) -> dict[str, Any]:
+            assert downstreams is not None and route.server_name is not None
+            return await downstreams.call_tool_wire(
+                route.server_name, route.tool_name, args, progress=progress, meta=meta
+            )
+
+        return await self._call(name, arguments, approve, forward=forward, from_builtin=_wire, from_error=_error_wire)
+
+    async def _call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        approve: Approver | None,
+        *,
+        forward: Callable[[Route, dict[str, Any]], Awaitable[_R]],
+        from_builtin: Callable[[types.CallToolResult], _R],
+        from_error: Callable[[str], _R],
+    ) -> _R:
+        """The one call path: resolve, run a built-in or check and forward; failures become results."""
         args = dict(arguments or {})
         try:
             route = await self._resolve(name)
             if route.server_name is None:
-                return _wire(await self._call_builtin(route.tool_name, args, approve))
+                return from_builtin(await self._call_builtin(route.tool_name, args, approve))
             self.check_arguments(route, args)
-            assert self.downstreams is not None
-            return await self.downstreams.call_tool_wire(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta
-            )
+            return await forward(route, args)
         except UnknownToolError:
             raise
         except ToolError as exc:
-            return _error_wire(str(exc))
-        except Exception as exc:  # boundary, as in call_tool
+            return from_error(str(exc))
+        except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
             logger.exception("tool %s failed unexpectedly", name)
-            return _error_wire(f"internal error in {name}: {type(exc).__name__}: {exc}")
+            return from_error(f"internal error in {name}: {type(exc).__name__}: {exc}")
 
     async def _call_builtin(
         self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None
