@@ -444,3 +444,15 @@ async def test_a_servers_toml_in_the_server_cwd_cannot_be_created_by_the_file_to
     policy = SandboxPolicy.from_config(config, workspace=cwd)
     await _denied_write(policy, "servers.toml", watch=tmp_path)
     assert not (cwd / "servers.toml").exists()
+
+
+async def test_reading_omegas_state_files_is_denied_directly_and_through_a_symlink(
+    policy: SandboxPolicy, tmp_path: Path
+) -> None:
+    pol = _protected(policy, tmp_path)
+    secret = pol.state_dir / "sessions" / "s1.json"
+    secret.write_text('{"grant": "x"}')
+    (pol.workspace / "state-link").symlink_to(pol.state_dir)
+    for name in (str(secret), "state-link/sessions/s1.json", "../home/state/sessions/s1.json"):
+        with pytest.raises(PathDeniedError, match="state"):
+            await read_file(pol, ReadArgs(file_path=name))

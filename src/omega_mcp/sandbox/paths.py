@@ -340,11 +340,15 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     for alias in _aliases(policy.token_file):
         if target == alias:
             return "omega's token file is never readable by the tools"
+    for alias in _aliases(policy.state_dir):
+        if target.is_relative_to(alias):
+            return "omega's state files are never readable by the tools"
     return None
 
 
 def check_read_fd(policy: SandboxPolicy, fd: int, path: Path) -> None:
-    """Refuse an opened file that is really an environ file or the token (by real path and by inode).
+    """Refuse an opened file that is really an environ file, the token or a state file (by real path;
+    the token also by inode).
 
     Raises:
         PathDeniedError: the fd is a denied file, whatever name or link led to it.
