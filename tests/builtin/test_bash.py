@@ -271,3 +271,11 @@ def test_carriage_return_rewrite_spans_reads() -> None:
         buffer.feed(chunk)
     buffer.close()
     assert buffer.take() == "100%\ndone\n"
+
+
+@pytest.mark.parametrize("timeout", ["NaN", "inf", float("nan")])
+def test_a_non_finite_timeout_is_refused_as_not_a_finite_number(timeout: object) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="finite number"):
+        BashArgs.model_validate({"command": "true", "timeout": timeout})

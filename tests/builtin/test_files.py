@@ -83,8 +83,18 @@ async def test_read_offset_counts_a_last_line_without_newline(policy: SandboxPol
 async def test_read_default_limit_is_2000_lines(policy: SandboxPolicy) -> None:
     (policy.workspace / "a.txt").write_text("x\n" * 2500)
     lines = (await _read(policy, "a.txt")).split("\n")
-    assert len(lines) == 2000
-    assert lines[-1] == "  2000\tx"
+    numbered = [line for line in lines if re.fullmatch(r" *\d+\tx", line)]
+    assert len(numbered) == 2000
+    assert numbered[-1] == "  2000\tx"
+
+
+async def test_read_stopped_by_the_default_limit_says_the_file_goes_on(policy: SandboxPolicy) -> None:
+    # Without the notice a model takes the first 2000 lines for the whole file (and may write it back).
+    (policy.workspace / "a.txt").write_text("x\n" * 2001)
+    text = await _read(policy, "a.txt")
+    assert text.splitlines()[-1] == "[the file goes on after line 2000; use offset=2001 to read more]"
+    (policy.workspace / "b.txt").write_text("x\n" * 2000)
+    assert (await _read(policy, "b.txt")).endswith("  2000\tx")
 
 
 async def test_read_strips_carriage_return_of_crlf_lines(policy: SandboxPolicy) -> None:
@@ -170,6 +180,40 @@ async def test_read_of_a_huge_single_line_keeps_memory_bounded(policy: SandboxPo
     assert text.startswith("     1\t" + "\0" * 2000 + " [... line cut")
     assert f"{64 * 1024 * 1024} bytes" in text
     assert peak < 4 * 1024 * 1024
+
+
+async def test_read_stops_scanning_an_endless_line_and_says_so(
+    policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /proc/self/pagemap or a huge binary: a line without end must not keep read busy for minutes.
+    monkeypatch.setattr(files, "_SCAN_BUDGET_BYTES", 1024 * 1024)
+    (policy.workspace / "a.bin").write_bytes(b"first\n" + b"\0" * (3 * 1024 * 1024) + b"\nlast\n")
+    text = await _read(policy, "a.bin")
+    lines = text.split("\n")
+    assert lines[0] == "     1\tfirst"
+    assert lines[1].startswith("     2\t" + "\0" * 2000 + " [... line cut")
+    assert "reading stopped" in text and "bash" in text
+    assert "last" not in text
+
+
+async def test_read_gives_up_skipping_to_an_offset_beyond_the_scan_budget(
+    policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "_SCAN_BUDGET_BYTES", 1024 * 1024)
+    (policy.workspace / "a.txt").write_text("line\n" * 1_000_000)
+    with pytest.raises(ToolError, match="offset") as info:
+        await _read(policy, "a.txt", offset=900_000)
+    assert "bash" in str(info.value)
+
+
+async def test_read_stops_at_the_time_limit_with_what_it_has(
+    policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "_READ_SECONDS", 0.0)
+    (policy.workspace / "a.bin").write_bytes(b"\0" * (3 * files._CHUNK_BYTES))
+    text = await _read(policy, "a.bin")
+    assert text.startswith("     1\t" + "\0" * 2000 + " [... line cut")
+    assert "reading stopped" in text
 
 
 async def test_read_of_an_empty_file_says_it_is_empty(policy: SandboxPolicy) -> None:
@@ -490,3 +534,51 @@ async def test_edit_failure_while_writing_keeps_the_old_file(
         await _edit(policy, target, "1", "2")
     assert target.read_text() == "value = 1\n"
     assert [p.name for p in policy.workspace.iterdir()] == ["keep.txt"]
+
+
+async def test_concurrent_edits_of_one_file_all_land(policy: SandboxPolicy) -> None:
+    target = policy.workspace / "shared.txt"
+    target.write_text("".join(f"token{i}\n" for i in range(12)))
+
+    async def one(i: int) -> None:
+        await _edit(policy, target, f"token{i}\n", f"done{i}\n")
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(one, i)
+    assert target.read_text() == "".join(f"done{i}\n" for i in range(12))
+
+
+async def test_edit_of_a_file_changed_while_editing_keeps_the_other_change(
+    policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = policy.workspace / "racy.txt"
+    target.write_text("x = 1\ny = 1\n")
+    real_apply = files.apply_edit
+    calls: list[int] = []
+
+    def apply_while_someone_writes(raw: bytes, args: EditArgs, path: Path) -> tuple[bytes, str]:
+        calls.append(1)
+        if len(calls) == 1:  # another process rewrites the file between our read and our rename
+            target.write_text("x = 1\ny = 1\nz = 1\n")
+        return real_apply(raw, args, path)
+
+    monkeypatch.setattr(files, "apply_edit", apply_while_someone_writes)
+    await _edit(policy, target, "x = 1", "x = 2")
+    assert target.read_text() == "x = 2\ny = 1\nz = 1\n"
+
+
+async def test_write_to_a_path_ending_in_a_slash_is_refused(policy: SandboxPolicy) -> None:
+    # `notes/` names a directory: creating a file called `notes` is not what was asked for.
+    with pytest.raises(InvalidArgumentsError, match="directory"):
+        await _write(policy, "notes/", "text")
+    assert not (policy.workspace / "notes").exists()
+
+
+async def test_write_to_a_symlink_to_a_directory_is_refused_and_keeps_the_link(policy: SandboxPolicy) -> None:
+    (policy.workspace / "real").mkdir()
+    (policy.workspace / "link").symlink_to("real")
+    with pytest.raises(ToolError, match="directory"):
+        await _write(policy, "link", "text")
+    assert (policy.workspace / "link").is_symlink()

@@ -456,3 +456,61 @@ async def test_reading_omegas_state_files_is_denied_directly_and_through_a_symli
     for name in (str(secret), "state-link/sessions/s1.json", "../home/state/sessions/s1.json"):
         with pytest.raises(PathDeniedError, match="state"):
             await read_file(pol, ReadArgs(file_path=name))
+
+
+# ---------------------------------------------------------------- roots moved after start
+
+
+async def test_a_write_root_swapped_for_a_symlink_after_start_is_not_followed(
+    policy: SandboxPolicy, tmp_path: Path, outside: Path
+) -> None:
+    # Sandboxed bash may write the tmp dir: it can rename a root lying there and leave a link to anywhere.
+    root = policy.tmp_dir / "extra"
+    root.mkdir()
+    pol = replace(policy, write_roots=(root,))
+    root.rename(policy.tmp_dir / "extra.old")
+    root.symlink_to(outside)
+    await _denied_write(pol, root / "pwn.txt", watch=tmp_path)
+    await _denied_write(pol, root / "secret.txt", watch=tmp_path)
+    await _denied_write(pol, outside / "pwn.txt", watch=tmp_path)
+
+
+async def test_the_workspace_swapped_for_a_symlink_after_start_is_not_followed(
+    policy: SandboxPolicy, tmp_path: Path, outside: Path
+) -> None:
+    workspace = policy.tmp_dir / "project"
+    workspace.mkdir()
+    pol = replace(policy, workspace=workspace)
+    workspace.rename(policy.tmp_dir / "project.old")
+    workspace.symlink_to(outside)
+    await _denied_write(pol, "pwn.txt", watch=tmp_path)
+    with pytest.raises(PathDeniedError):
+        await edit_file(pol, EditArgs(file_path="secret.txt", old_string="original", new_string="pwned"))
+    assert (outside / "secret.txt").read_text() == "original"
+
+
+async def test_a_missing_write_root_later_created_as_a_symlink_is_not_followed(
+    policy: SandboxPolicy, tmp_path: Path, outside: Path
+) -> None:
+    root = policy.tmp_dir / "later"
+    pol = replace(policy, write_roots=(root,))
+    root.symlink_to(outside)
+    await _denied_write(pol, root / "pwn.txt", watch=tmp_path)
+
+
+async def test_a_write_root_that_is_a_symlink_at_start_is_followed(policy: SandboxPolicy, tmp_path: Path) -> None:
+    real = tmp_path / "real-ws"
+    real.mkdir()
+    link = tmp_path / "link-ws"
+    link.symlink_to(real)
+    pol = replace(policy, workspace=link)
+    await _write(pol, "a.txt")
+    await _write(pol, real / "b.txt")
+    assert (real / "a.txt").read_text() == "new" and (real / "b.txt").read_text() == "new"
+
+
+async def test_a_missing_write_root_is_created_as_a_real_directory(policy: SandboxPolicy, tmp_path: Path) -> None:
+    root = policy.tmp_dir / "new" / "root"
+    pol = replace(policy, write_roots=(root,))
+    await _write(pol, root / "a.txt")
+    assert (root / "a.txt").read_text() == "new" and not root.is_symlink()

@@ -1,13 +1,16 @@
 """The `read`, `write` and `edit` built-in tools.
 
 Blocking file I/O runs in a worker thread and is bounded: `read` streams the file in chunks
-(memory stays small for any file size, at most 2000 characters kept per line) and refuses
-anything that is not a regular file before reading a byte. `write` and `edit` never modify a
-file in place: they write a temp file next to the target through the parent directory's fd
-(see `sandbox/paths.py`), fsync it, give it the old file's mode (minus set-id bits) and owner, and rename it over the
-target, so a failure leaves the old content intact. The target entry itself is never followed:
-writing to a symbolic link replaces the link with a regular file (its target is untouched), a
-hard-linked file is replaced as this directory entry only, and `edit` refuses symbolic links.
+(memory stays small for any file size, at most 2000 characters kept per line; at most 1 GiB or
+15 s of scanning per call) and refuses anything that is not a regular file before reading a byte.
+`write` and `edit` never modify a file in place: they write a temp file next to the target
+through the parent directory's fd (see `sandbox/paths.py`), fsync it, give it the old file's mode
+(minus set-id bits) and owner, and rename it over the target, so a failure leaves the old content
+intact. The target entry itself is never followed: writing to a symbolic link replaces the link
+with a regular file (its target is untouched; a link to a directory is refused), a hard-linked
+file is replaced as this directory entry only, and `edit` refuses symbolic links. Writes and
+edits of one file are serialised within the process, and `edit` re-reads and re-applies when the
+file changed on disk between its read and its rename, so concurrent changes are not lost.
 With `on_denied = "ask"`, a write outside the roots is put to the user first (`sandbox/approvals.py`).
 """
 
@@ -16,7 +19,11 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from contextlib import suppress
+import threading
+import time
+from collections.abc import Generator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -46,7 +53,13 @@ MAX_EDIT_BYTES = 64 * 1024 * 1024
 _CHUNK_BYTES = 256 * 1024
 _LINE_KEEP_BYTES = MAX_LINE_CHARS * 4 + 4  # UTF-8 is <= 4 bytes a character: more bytes means a longer line
 _COUNT_SCAN_BYTES = 64 * 1024 * 1024  # how far past a truncation we keep counting characters
+# One read scans at most this much, for at most this long: a line without end (/proc/self/pagemap,
+# a huge binary) or a far offset must not keep a call busy for minutes.
+_SCAN_BUDGET_BYTES = 1024 * 1024 * 1024
+_READ_SECONDS = 15.0
 _BOM = b"\xef\xbb\xbf"
+_LOCK_SECONDS = 60.0  # a write or edit of the same file ahead of this one is bounded I/O
+_EDIT_TRIES = 5
 
 
 def _text(message: str) -> types.CallToolResult:
@@ -60,7 +73,8 @@ class _ScanBudgetExceeded(Exception):
 class _Lines:
     """Splits an fd into lines at the byte level (a `\\n` byte never occurs inside a UTF-8 sequence).
 
-    Keeps at most `_LINE_KEEP_BYTES` of a line, so memory is bounded whatever the line length.
+    Keeps at most `_LINE_KEEP_BYTES` of a line, so memory is bounded whatever the line length, and
+    reads at most `_SCAN_BUDGET_BYTES` within `_READ_SECONDS`: then `stopped` is set (`skip` raises).
     """
 
     def __init__(self, fd: int) -> None:
@@ -68,9 +82,15 @@ class _Lines:
         self._buf = b""
         self._pos = 0
         self._partial = False  # bytes of an unterminated line were consumed
+        self._deadline = time.monotonic() + _READ_SECONDS
         self.bytes_read = 0
+        self.stopped = False
+        """The scan budget ran out: the last line returned may be cut short, and more may follow."""
 
     def _fill(self) -> bool:
+        if self.bytes_read and (self.bytes_read > _SCAN_BUDGET_BYTES or time.monotonic() >= self._deadline):
+            self.stopped = True
+            raise _ScanBudgetExceeded
         self._buf = os.read(self._fd, _CHUNK_BYTES)
         self._pos = 0
         self.bytes_read += len(self._buf)
@@ -97,15 +117,29 @@ class _Lines:
                 self._partial = False
         return done
 
+    def at_eof(self) -> bool:
+        """Whether nothing follows the lines consumed so far (reads at most one more chunk)."""
+        try:
+            return self._pos >= len(self._buf) and not self._fill()
+        except _ScanBudgetExceeded:
+            return False
+
     def next_line(self, stop_after_bytes: int | None = None) -> tuple[bytes, int] | None:
-        """(kept prefix, total byte length) of the next line without its `\\n`, or None at EOF."""
+        """(kept prefix, total byte length) of the next line without its `\\n`, or None at EOF.
+
+        When the scan budget runs out, returns what it has of the line (None if nothing) with `stopped` set.
+        """
         kept = bytearray()
         total = 0
         while True:
             if self._pos >= len(self._buf):
                 if stop_after_bytes is not None and self.bytes_read > stop_after_bytes:
                     raise _ScanBudgetExceeded
-                if not self._fill():
+                try:
+                    more = self._fill()
+                except _ScanBudgetExceeded:
+                    return (bytes(kept), total) if total else None
+                if not more:
                     self._partial = False
                     return (bytes(kept), total) if total else None
             newline = self._buf.find(b"\n", self._pos)
@@ -121,8 +155,13 @@ class _Lines:
             self._pos = end
 
 
-def _render(number: int, kept: bytes, total: int) -> str:
+def _render(number: int, kept: bytes, total: int, *, cut: bool = False) -> str:
     text = kept.decode("utf-8", "replace")
+    if cut:
+        return (
+            f"{number:6d}\t{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; it is longer than "
+            f"{total} bytes (reading stopped before its end)]"
+        )
     if total <= len(kept):
         text = text.removesuffix("\r")
         if len(text) <= MAX_LINE_CHARS:
@@ -139,10 +178,17 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def _read_lines(fd: int, path: Path, start: int, limit: int) -> str:
+def _read_lines(fd: int, path: Path, start: int, limit: int, *, say_more: bool = False) -> str:
+    """Render lines `start`..`start+limit-1`; with `say_more`, note when the file goes on after them."""
     lines = _Lines(fd)
     if start > 1:
-        skipped = lines.skip(start - 1)
+        try:
+            skipped = lines.skip(start - 1)
+        except _ScanBudgetExceeded:
+            raise ToolError(
+                f"cannot reach offset {start} of {path}: {_scan_spent(lines)} went by before it; for a position this "
+                f"deep in a huge file use bash, e.g. `tail -n +{start} FILE | head -n {limit}` or `sed -n` with a range"
+            ) from None
         if skipped < start - 1:
             return f"(offset {start} is past the end of the file: {path} has {_plural(skipped, 'line')})"
     last = start + limit - 1
@@ -152,8 +198,12 @@ def _read_lines(fd: int, path: Path, start: int, limit: int) -> str:
     while number <= last:
         item = lines.next_line()
         if item is None:
+            if lines.stopped:
+                return "\n".join(out) + _stopped_notice(lines, number)
             break
-        rendered = _render(number, *item)
+        rendered = _render(number, *item, cut=lines.stopped)
+        if lines.stopped:
+            return "\n".join([*out, rendered[: MAX_OUTPUT_CHARS - used]]) + _stopped_notice(lines, number + 1)
         cost = len(rendered) + (1 if out else 0)
         if used + cost > MAX_OUTPUT_CHARS:
             return "\n".join(out) + _truncation_notice(
@@ -163,10 +213,27 @@ def _read_lines(fd: int, path: Path, start: int, limit: int) -> str:
         used += cost
         number += 1
     if out:
+        if say_more and number > last and not lines.at_eof():
+            return "\n".join(out) + f"\n\n[the file goes on after line {last}; use offset={last + 1} to read more]"
         return "\n".join(out)
     if start == 1:
         return f"(file is empty: {path} exists but has no content)"
     return f"(offset {start} is past the end of the file: {path} has {_plural(start - 1, 'line')})"
+
+
+def _scan_spent(lines: _Lines) -> str:
+    mib = 1024 * 1024
+    return (
+        f"reading stopped after {lines.bytes_read // mib} MiB (the limit is {_SCAN_BUDGET_BYTES // mib} MiB "
+        f"or {_READ_SECONDS:g} s)"
+    )
+
+
+def _stopped_notice(lines: _Lines, next_number: int) -> str:
+    return (
+        f"\n\n[{_scan_spent(lines)}: lines from {next_number} on are not shown. For huge or binary files use bash "
+        "(e.g. `head -c`, `tail -c`, `xxd`, `strings`, `grep -n`)]"
+    )
 
 
 def _truncation_notice(lines: _Lines, *, start: int, first_cut: int, last: int, shown: int, total: int) -> str:
@@ -177,6 +244,8 @@ def _truncation_notice(lines: _Lines, *, start: int, first_cut: int, last: int, 
     try:
         for number in range(first_cut + 1, last + 1):
             item = lines.next_line(stop_after_bytes=budget)
+            if lines.stopped:
+                raise _ScanBudgetExceeded
             if item is None:
                 break
             total += len(_render(number, *item)) + 1
@@ -199,7 +268,9 @@ def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> str:
     path = resolve_path(policy, args.file_path)
     fd = open_readable(policy, path)
     try:
-        return _read_lines(fd, path, args.offset or 1, args.limit or DEFAULT_READ_LIMIT)
+        # Only a defaulted limit gets the note: a caller who chose a limit knows it asked for a part.
+        limit = args.limit or DEFAULT_READ_LIMIT
+        return _read_lines(fd, path, args.offset or 1, limit, say_more=args.limit is None)
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "read")) from None
     finally:
@@ -269,6 +340,43 @@ def _replace(parent: ParentDir, data: bytes, old: os.stat_result | None) -> None
     _fsync_dir(parent.dir_fd)
 
 
+@dataclass(slots=True)
+class _FileLock:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+_locks_guard = threading.Lock()
+_locks: dict[Path, _FileLock] = {}
+
+
+@contextmanager
+def _exclusive(parent: ParentDir) -> Generator[None]:
+    """Hold this process's lock on the file `parent` points at (tool calls run in parallel worker threads).
+
+    Without it, two edits read the same content and the second rename discards the first edit.
+    """
+    key = parent.real_path
+    with _locks_guard:
+        entry = _locks.setdefault(key, _FileLock())
+        entry.users += 1
+    try:
+        if not entry.lock.acquire(timeout=_LOCK_SECONDS):
+            raise ToolError(
+                f"another write or edit of {parent.path} has been running for over {_LOCK_SECONDS:g} s; "
+                "the file was not changed, try again later"
+            )
+        try:
+            yield
+        finally:
+            entry.lock.release()
+    finally:
+        with _locks_guard:
+            entry.users -= 1
+            if not entry.users:
+                del _locks[key]
+
+
 def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants | None) -> str:
     try:
         if path == DEV_NULL:
@@ -278,12 +386,19 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants |
             finally:
                 os.close(fd)
             return f"Wrote {_plural(len(data), 'byte')} to {path} (discarded)"
-        with open_write_parent(policy, path, create=True, grants=grants) as parent:
+        with open_write_parent(policy, path, create=True, grants=grants) as parent, _exclusive(parent):
             old = _lstat(parent)
             note = "updated"
             if old is None:
                 note = "created"
             elif stat.S_ISLNK(old.st_mode):
+                with suppress(OSError):  # dangling or unreadable: the link is simply replaced
+                    if stat.S_ISDIR(os.stat(parent.name, dir_fd=parent.dir_fd).st_mode):
+                        target = os.readlink(parent.name, dir_fd=parent.dir_fd)
+                        raise ToolError(
+                            f"cannot write {path}: it is a symbolic link to the directory {target}; "
+                            "give a file name inside it"
+                        )
                 note, old = "replaced a symbolic link with a regular file; the link target is unchanged", None
             elif not stat.S_ISREG(old.st_mode):
                 raise ToolError(f"cannot write {path}: " + not_regular_message(path, old.st_mode))
@@ -303,6 +418,10 @@ async def write_file(
     Raises:
         PathDeniedError: outside the write roots or on the blocklist. ToolError: not a regular file, I/O error.
     """
+    if args.file_path.endswith("/"):
+        raise InvalidArgumentsError(
+            f"file_path {args.file_path!r} ends with '/', so it names a directory; give the file name to write"
+        )
     path = resolve_path(policy, args.file_path)
     try:
         data = args.content.encode("utf-8")
@@ -400,24 +519,43 @@ def _read_for_edit(policy: SandboxPolicy, parent: ParentDir) -> tuple[bytes, os.
         os.close(fd)
 
 
+def _unchanged(now: os.stat_result | None, read: os.stat_result) -> bool:
+    """Whether the directory entry still is the file, with the content, that was read."""
+    return now is not None and (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
+        read.st_dev,
+        read.st_ino,
+        read.st_size,
+        read.st_mtime_ns,
+        read.st_ctime_ns,
+    )
+
+
 def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs, grants: Grants | None) -> str:
     try:
-        with open_write_parent(policy, path, create=False, grants=grants) as parent:
-            st = _lstat(parent)
-            if st is None:
-                raise ToolError(f"file does not exist: {path}; use write to create it")
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(parent.name, dir_fd=parent.dir_fd)
-                raise ToolError(
-                    f"cannot edit {path}: it is a symbolic link to {target}; edit does not follow links, "
-                    "edit the target path instead"
-                )
-            raw, st = _read_for_edit(policy, parent)
-            data, message = apply_edit(raw, args, path)
-            _replace(parent, data, st)
+        with open_write_parent(policy, path, create=False, grants=grants) as parent, _exclusive(parent):
+            for _ in range(_EDIT_TRIES):
+                st = _lstat(parent)
+                if st is None:
+                    raise ToolError(f"file does not exist: {path}; use write to create it")
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.readlink(parent.name, dir_fd=parent.dir_fd)
+                    raise ToolError(
+                        f"cannot edit {path}: it is a symbolic link to {target}; edit does not follow links, "
+                        "edit the target path instead"
+                    )
+                raw, st = _read_for_edit(policy, parent)
+                data, message = apply_edit(raw, args, path)
+                # Another process (bash, an editor) may have changed the file since it was read: renaming
+                # now would discard that change. Apply the edit again to the new content instead.
+                if _unchanged(_lstat(parent), st):
+                    _replace(parent, data, st)
+                    return message
+            raise ToolError(
+                f"{path} kept changing on disk while it was being edited ({_EDIT_TRIES} tries); this edit was not "
+                "applied. Try again when whatever is writing the file has finished."
+            )
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "edit") + "; the file was not changed") from None
-    return message
 
 
 async def edit_file(

@@ -37,6 +37,7 @@ class BashArgs(_Args):
         default=None,
         gt=0,
         le=MAX_BASH_TIMEOUT_SECONDS,
+        allow_inf_nan=False,
         description="Timeout in seconds (default from config, 120; max 600). On timeout the whole process tree is "
         "killed and the partial output is returned.",
     )

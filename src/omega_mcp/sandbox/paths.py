@@ -4,8 +4,11 @@ A path check is never a string test and never "realpath, then open by name": wri
 parent directory relative to an fd of the allowed root with `openat2(RESOLVE_BENEATH |
 RESOLVE_NO_MAGICLINKS)` (fallback without openat2: a component walk that refuses symlinks), and
 every later operation (create, temp file, rename) goes through that directory fd, so a symlink
-swapped in mid-call cannot redirect it. The blocklist (system dirs, omega's config and state) is
-checked on the lexical path *and* on the real location of the opened fd. A write the user approved
+swapped in mid-call cannot redirect it. The roots themselves are opened where they were when omega
+started (`SandboxPolicy.pinned_roots`), through no symbolic link, so a root that bash could rename
+(one inside `/tmp`) cannot be turned into a link to elsewhere between calls. The blocklist (system
+dirs, omega's config and state) is checked on the lexical path *and* on the real location of the
+opened fd. A write the user approved
 outside the roots (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it
 lands exactly at the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token
 file, checked the same two ways. All functions here block: call them from a worker thread.
@@ -210,12 +213,17 @@ def _open_beneath(root_fd: int, parts: tuple[str, ...], *, contained: bool, exac
     return _walk(root_fd, parts, follow=not (contained or exact))
 
 
+def _pinned(policy: SandboxPolicy, root: Path) -> Path:
+    """Where a write root really was when the policy was made (see `SandboxPolicy.pinned_roots`)."""
+    return policy.pinned_roots.get(root) or Path(os.path.realpath(root))
+
+
 def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
     """(configured root, matching spelling) of the most specific write root containing `path` by components."""
     matches = [
         (len(alias.parts), root, alias)
         for root in policy.file_write_roots
-        for alias in _aliases(root)
+        for alias in dict.fromkeys((Path(os.path.normpath(root)), _pinned(policy, root)))
         if path.is_relative_to(alias)
     ]
     if not matches:
@@ -233,21 +241,57 @@ def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
     return root, alias
 
 
-def _open_root(root: Path, *, create: bool) -> int:
+def _open_exact(real: Path) -> int:
+    """Open the absolute directory `real` through no symbolic link at all."""
+    if _have_openat2():
+        return _openat2(-100, str(real), _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)  # AT_FDCWD
+    top = os.open("/", _DIR_FLAGS)
     try:
-        return os.open(root, _DIR_FLAGS)
-    except FileNotFoundError:
-        if not create:
+        return _walk(top, real.parts[1:], follow=False)
+    finally:
+        os.close(top)
+
+
+def _make_exact(real: Path) -> None:
+    """Create the missing directories of `real`, component by component, never through a symbolic link."""
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for part in real.parts[1:]:
+            with suppress(FileExistsError):
+                os.mkdir(part, 0o777, dir_fd=fd)
+            nxt = _walk(fd, (part,), follow=False)
+            os.close(fd)
+            fd = nxt
+    finally:
+        os.close(fd)
+
+
+def _open_root(policy: SandboxPolicy, root: Path, path: Path, *, create: bool) -> int:
+    """Open a write root where it was when omega started; a symbolic link swapped in since is refused."""
+    real = _pinned(policy, root)
+    try:
+        try:
+            return _open_exact(real)
+        except FileNotFoundError:
+            if not create:
+                raise
+        _make_exact(real)  # a configured root that does not exist yet
+        return _open_exact(real)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ELOOP):
             raise
-    os.makedirs(root, exist_ok=True)  # a configured root (trusted, by name) that does not exist yet
-    return os.open(root, _DIR_FLAGS)
+        raise PathDeniedError(
+            str(path),
+            f"the writable root {root} is no longer where it was when omega started ({real}): a symbolic link "
+            "now stands in its way, so nothing was written (restart omega if the change was intended)",
+        ) from None
 
 
 def _open_parent_fd(
     policy: SandboxPolicy, path: Path, root: Path, rel: tuple[str, ...], create: bool, *, exact: bool
 ) -> int:
     contained = policy.mode != "rwx"
-    root_fd = _open_root(root, create=create)
+    root_fd = _open_root(policy, root, path, create=create)
     try:
         try:
             return _open_beneath(root_fd, rel, contained=contained, exact=exact)

@@ -8,6 +8,8 @@ model can never widen its own sandbox or register a new server.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +48,14 @@ class SandboxPolicy:
     tmp_dir: Path = field(default=Path("/tmp"))
     config_candidates: tuple[Path, ...] = ()
     """Other files omega would load as its config on a later start (`./servers.toml` of its cwd)."""
+    pinned_roots: Mapping[Path, Path] = field(init=False, compare=False, repr=False, default_factory=dict[Path, Path])
+    """Write root -> where it really was when this policy was made (omega's start). The file tools use
+    these, never a fresh realpath: bash may rename a root that lies in another writable root (`/tmp`)
+    and leave a symbolic link to anywhere in its place."""
+
+    def __post_init__(self) -> None:
+        roots = dict.fromkeys((*self.file_write_roots, *self.bash_write_roots))
+        object.__setattr__(self, "pinned_roots", {root: Path(os.path.realpath(root)) for root in roots})
 
     @classmethod
     def from_config(
