@@ -92,6 +92,24 @@ def test_disabled_servers_are_not_expanded(tmp_path):
         ('[sandbox]\nmode = "yolo"\n', "sandbox.mode", "sandbox"),
         ("[sandbox]\nbash_timeout = 9999\n", "sandbox.bash_timeout", "600"),
         ("[nonsense]\n", "nonsense", "unknown key"),
+        ('[sandbox]\nworkspace = "a\\u0000b"\n', "sandbox.workspace", "NUL"),
+        ('[sandbox]\nworkspace = ""\n', "sandbox.workspace", "empty"),
+        ("[sandbox]\nworkspace = 5\n", "sandbox.workspace", "path"),
+        ('[sandbox]\nwrite_roots = ["/tmp", ""]\n', "sandbox.write_roots", "empty"),
+        ('[servers.a]\ncommand = "x"\ncwd = "a\\u0000b"\n', "servers.a.cwd", "NUL"),
+        ("[sandbox]\nbash_timeout = nan\n", "sandbox.bash_timeout", "finite"),
+        ("[sandbox]\nmax_file_size_mb = 99999999999999999999\n", "sandbox.max_file_size_mb", "less than"),
+        ("[sandbox]\nmemory_mb = 99999999999999999999\n", "sandbox.memory_mb", "less than"),
+        ("[sandbox]\nmax_processes = 99999999999999999999\n", "sandbox.max_processes", "less than"),
+        ("[sandbox]\nmax_open_files = 99999999999999999999\n", "sandbox.max_open_files", "less than"),
+        ('[servers.a]\ncommand = "x"\ntimeout = nan\n', "servers.a.timeout", "finite"),
+        ('[servers.a]\ncommand = "a\\u0000b"\n', "servers.a", "NUL"),
+        ('[servers.a]\ncommand = ""\n', "servers.a", "empty"),
+        ('[servers.a]\ncommand = "x"\nargs = ["a\\u0000b"]\n', "servers.a", "NUL"),
+        ('[servers.a]\ncommand = "x"\nenv = { "A=B" = "x" }\n', "servers.a", "environment variable name"),
+        ('[servers.a]\ncommand = "x"\nenv = { "" = "x" }\n', "servers.a", "environment variable name"),
+        ('[servers.a]\ncommand = "x"\nenv = { A = "a\\u0000b" }\n', "servers.a", "NUL"),
+        ('[servers.a]\nurl = "http://127.0.0.1"\nheaders = { A = "a\\nb" }\n', "servers.a", "line break"),
     ],
 )
 def test_invalid_entries_are_one_line_errors_naming_file_and_key(tmp_path, text, key, fragment):
@@ -101,6 +119,13 @@ def test_invalid_entries_are_one_line_errors_naming_file_and_key(tmp_path, text,
     message = str(info.value)
     assert "\n" not in message
     assert str(path) in message and key in message and fragment in message
+
+
+def test_a_config_path_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(tmp_path, environ={})
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(None, environ={"OMEGA_CONFIG": str(tmp_path)})
 
 
 def test_invalid_toml_is_a_config_error(tmp_path):

@@ -107,3 +107,43 @@ def test_import_command_line(tmp_path: Path):
         timeout=60,
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_an_entry_the_config_would_refuse_is_skipped_and_the_rest_imported(tmp_path: Path):
+    data = {
+        "mcpServers": {
+            "good": {"command": "uvx", "args": ["x"]},
+            "empty-cwd": {"command": "c", "cwd": ""},
+            "nul": {"command": "a\u0000b"},
+        }
+    }
+    target = tmp_path / "servers.toml"
+    report = import_servers(_source(tmp_path, data), target)
+    assert report.added == ["good"]
+    assert "cwd" in report.unsupported["empty-cwd"]
+    assert "NUL" in report.unsupported["nul"]
+    assert list(load_config(target, environ={}).servers) == ["good"]
+
+
+def test_import_command_line_creates_the_config_named_by_the_flag(tmp_path: Path):
+    target = tmp_path / "new" / "servers.toml"
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "import", str(_source(tmp_path, CLAUDE_CODE)), "--config", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {target}" in proc.stdout
+    assert "time" in load_config(target, environ={"T": "x"}).servers
+
+
+def test_two_source_names_that_map_to_one_key_both_get_imported(tmp_path: Path):
+    data = {"mcpServers": {"a__b": {"command": "first"}, "a_b": {"command": "second"}}}
+    target = tmp_path / "servers.toml"
+    report = import_servers(_source(tmp_path, data), target)
+    servers = load_config(target, environ={}).servers
+    assert sorted(s.command or "" for s in servers.values()) == ["first", "second"]
+    assert len(report.added) == 2 and not report.skipped

@@ -37,6 +37,29 @@ _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+def _check_path(value: Any) -> Any:
+    """A configured path must be a non-empty string without NUL (an empty one would silently mean the
+    config file's own directory; a NUL cannot reach the OS)."""
+    if isinstance(value, Path):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a path (a string), got {value!r}")
+    if not value.strip():
+        raise ValueError('must not be empty (write "." for the directory of the config file)')
+    if "\0" in value:
+        raise ValueError(f"contains a NUL character: {value!r}")
+    return value
+
+
+def _no_nul(value: str | None, what: str) -> str | None:
+    if value is not None and "\0" in value:
+        raise ValueError(f"{what} contains a NUL character: {value!r}")
+    return value
+
+
+_MAX_MIB = 2**40  # in bytes still below 2**63: rlimits are signed 64-bit in Python's resource module
+
+
 def omega_home(environ: Mapping[str, str] | None = None) -> Path:
     """`$OMEGA_HOME`, default `~/.omega`, absolute."""
     env = os.environ if environ is None else environ
@@ -54,15 +77,27 @@ class SandboxConfig(_Strict):
     mode: SandboxMode = "sandbox"
     workspace: Path | None = None
     write_roots: tuple[Path, ...] = ()
-    bash_timeout: float = Field(default=120.0, gt=0, le=600)
+    bash_timeout: float = Field(default=120.0, gt=0, le=600, allow_inf_nan=False)
     require_os_sandbox: bool = True
     on_denied: Literal["deny", "ask"] = "deny"
     env_passthrough: tuple[str, ...] = ()
     """Environment variable names passed to bash even though they look like secrets."""
-    max_processes: int | None = Field(default=None, gt=0)
-    max_file_size_mb: int | None = Field(default=None, gt=0)
-    max_open_files: int | None = Field(default=None, gt=0)
-    memory_mb: int | None = Field(default=None, gt=0)
+    max_processes: int | None = Field(default=None, gt=0, le=4_194_304)  # the kernel's PID_MAX_LIMIT
+    max_file_size_mb: int | None = Field(default=None, gt=0, le=_MAX_MIB)
+    max_open_files: int | None = Field(default=None, gt=0, le=2**30)  # above the kernel's nr_open maximum
+    memory_mb: int | None = Field(default=None, gt=0, le=_MAX_MIB)
+
+    @field_validator("workspace", mode="before")
+    @classmethod
+    def _workspace_path(cls, value: Any) -> Any:
+        return None if value is None else _check_path(value)
+
+    @field_validator("write_roots", mode="before")
+    @classmethod
+    def _write_root_paths(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(_check_path(item) for item in value)  # pyright: ignore[reportUnknownVariableType]
+        return value
 
 
 class ServerConfig(_Strict):
@@ -75,10 +110,50 @@ class ServerConfig(_Strict):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict[str, str])
     enabled: bool = True
-    timeout: float = Field(default=120.0, gt=0)
-    connect_timeout: float = Field(default=30.0, gt=0)
+    timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    connect_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     tools: tuple[str, ...] | None = None
     exclude_tools: tuple[str, ...] = ()
+
+    @field_validator("cwd", mode="before")
+    @classmethod
+    def _cwd_path(cls, value: Any) -> Any:
+        return None if value is None else _check_path(value)
+
+    # What the OS or HTTP would refuse only when the server starts (as a traceback from deep inside
+    # subprocess or httpx) is refused here, with the key named.
+    @field_validator("command")
+    @classmethod
+    def _command_text(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("`command` must not be empty")
+        return _no_nul(value, "`command`")
+
+    @field_validator("args")
+    @classmethod
+    def _args_text(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            _no_nul(item, "an argument")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not a valid environment variable name (empty, or has '=' or NUL)")
+            _no_nul(text, f"the value of {name}")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_text(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not name or any(c in name + text for c in "\r\n\0"):
+                raise ValueError(
+                    f"header {name!r}: a name must not be empty and no part may contain a line break or NUL"
+                )
+        return value
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -138,6 +213,8 @@ def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, s
     for named, origin in ((explicit, "--config"), (env.get("OMEGA_CONFIG") or None, "OMEGA_CONFIG")):
         if named is not None:
             path = Path(os.path.expanduser(str(named)))
+            if path.is_dir():
+                raise ConfigError(f"is a directory, not a config file (from {origin})", path=str(path))
             if not path.is_file():
                 raise ConfigError(f"config file not found (from {origin})", path=str(path))
             return path.absolute()

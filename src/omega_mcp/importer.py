@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import tomlkit
+from pydantic import ValidationError
 from tomlkit.exceptions import ParseError
 from tomlkit.items import InlineTable, Table
 
-from omega_mcp.config import load_config
+from omega_mcp.config import ServerConfig, load_config
 from omega_mcp.errors import ConfigError
 
 __all__ = ["ImportReport", "import_servers", "read_mcp_servers"]
@@ -120,6 +121,12 @@ def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
         return None, f"transport type {kind!r} is not supported"
     if entry.get("disabled") is True:
         table.add("enabled", False)
+    try:
+        ServerConfig.model_validate(table.unwrap())  # what servers.toml would refuse is reported, not written
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return None, f"{where + ': ' if where else ''}{first['msg'].removeprefix('Value error, ')}"
     return table, None
 
 
@@ -161,6 +168,10 @@ def import_servers(source: Path, target: Path, *, overwrite: bool = False, dry_r
     report = ImportReport()
     for name, entry in servers.items():
         key = _server_key(name)
+        # Two source names may map to one key (`a__b`, `a_b`): the second gets a suffix, not dropped.
+        base, n = key, 2
+        while key in report.added or key in report.replaced:
+            key, n = f"{base}-{n}", n + 1
         if key != name:
             report.renamed[name] = key
         table, problem = _entry_table(entry)
