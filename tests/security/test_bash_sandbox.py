@@ -520,3 +520,46 @@ def test_describe_sandbox_reports_the_effective_sandbox(tmp_path: Path) -> None:
     assert json.loads(json.dumps(info)) == info
     rx = describe_sandbox(replace(policy, mode="rx"))
     assert rx["network"] == "allowed"
+
+
+# -- a root swapped for a symbolic link after omega started ------------------------------------
+
+
+def test_a_write_root_bash_replaced_by_a_symlink_is_not_granted_on_the_next_call(tmp_path: Path) -> None:
+    extra = tmp_path / "tmp" / "extra"  # a write root inside another writable root (the tmp dir)
+    extra.mkdir(parents=True)
+    victim = tmp_path / "outside" / "victim"
+    policy = _policy(tmp_path, write_roots=(extra,))
+    victim.mkdir()
+    code, out = _run(policy, f"mv {extra} {extra}.old && ln -s {victim} {extra} && echo swapped")
+    assert code == 0 and "swapped" in out, out
+    code, out = _run(policy, f"echo pwned > {extra}/f; echo rc=$?")
+    assert not (victim / "f").exists(), out
+    assert "no longer the directory omega started with" in out
+
+
+def test_bash_refuses_a_workspace_that_was_replaced_by_a_symlink(tmp_path: Path) -> None:
+    workspace = tmp_path / "tmp" / "ws"  # the workspace inside the (writable) tmp dir
+    workspace.mkdir(parents=True)
+    victim = tmp_path / "outside"
+    policy = _policy(tmp_path, workspace=workspace)
+    code, out = _run(policy, f"cd /; mv {workspace} {workspace}.old && ln -s {victim} {workspace} && echo swapped")
+    assert code == 0 and "swapped" in out, out
+    with pytest.raises(SandboxUnavailableError, match="no longer the directory omega started with"):
+        bash_launch(policy, "echo pwned > f")
+    assert not (victim / "f").exists()
+
+
+def test_the_trampoline_grants_no_write_root_reached_through_a_symlink(tmp_path: Path) -> None:
+    # The last line of defence, without the launcher's check: the trampoline itself refuses links.
+    policy = _policy(tmp_path)
+    real = tmp_path / "outside" / "real"
+    real.mkdir(parents=True)
+    link = tmp_path / "tmp" / "link"
+    link.symlink_to(real)
+    launch = bash_launch(policy, f"echo pwned > {link}/f; echo rc=$?")
+    argv = list(launch.argv)
+    argv.insert(argv.index("--"), "--rw")
+    argv.insert(argv.index("--"), str(link))
+    proc = subprocess.run(argv, env=launch.env, cwd=launch.cwd, capture_output=True, text=True, timeout=_BOUND_SECONDS)
+    assert not (real / "f").exists(), proc.stdout + proc.stderr

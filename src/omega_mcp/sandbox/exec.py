@@ -176,7 +176,7 @@ def _set_rlimits(spec: _Spec) -> None:
         new_soft = new_hard if soft == resource.RLIM_INFINITY else min(soft, new_hard)
         try:
             resource.setrlimit(which, (new_soft, new_hard))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, OverflowError) as exc:
             raise _Failure(f"setrlimit {name}={value}: {exc}") from None
 
 
@@ -371,11 +371,16 @@ def run(spec: _Spec) -> None:
         _setup_pid1(spec)
     if spec.landlock_abi:
         try:
-            landlock.restrict_self(
+            skipped = landlock.restrict_self(
                 spec.landlock_abi, writable=spec.writable, devices=spec.devices, deny_tcp=spec.deny_tcp
             )
         except OSError as exc:
             raise _Failure(f"Landlock: {exc.strerror or exc}") from None
+        for path in skipped:
+            if os.path.lexists(path):
+                sys.stderr.write(
+                    f"omega-mcp sandbox: {path} is no longer the directory omega started with; read-only\n"
+                )
     if status_w is not None:
         _fork_init(status_w)
     try:

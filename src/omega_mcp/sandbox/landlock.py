@@ -162,12 +162,45 @@ def set_no_new_privs() -> None:
         raise LandlockError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
 
 
-def _add_path_rule(ruleset_fd: int, path: str, rights: int, handled: int) -> None:
+_ELOOP = 40  # errno.ELOOP on Linux (importing errno is cheap, but nothing else here needs it)
+
+
+def _open_without_symlinks(path: str) -> int:
+    """An O_PATH fd of `path` reached through no symbolic link at all, component by component.
+
+    Write roots are granted this way: a root that lies inside another writable root (a workspace in
+    /tmp) can be renamed by bash and replaced by a link to anywhere; following it would grant that.
+
+    Raises:
+        OSError: ELOOP when any component is a symbolic link; FileNotFoundError when it is missing.
+    """
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            if part == "..":
+                raise OSError(_ELOOP, "a '..' component")  # roots arrive normalized; never climb
+            next_fd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise OSError(_ELOOP, "a symbolic link")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _add_path_rule(ruleset_fd: int, path: str, rights: int, handled: int, *, follow: bool = True) -> bool:
+    """Grant `rights` beneath `path`; False when it is missing (or, with `follow=False`, reached by a link)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC) if follow else _open_without_symlinks(path)
     except FileNotFoundError:
-        return  # a root that vanished since the parent checked it: nothing to grant
+        return False  # a root that vanished since the parent checked it: nothing to grant
     except OSError as exc:
+        if not follow and exc.errno == _ELOOP:
+            return False  # replaced by a symbolic link since omega started: it stays read-only
         raise LandlockError(exc.errno or 0, f"open {path}: {exc.strerror}") from None
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -179,6 +212,7 @@ def _add_path_rule(ruleset_fd: int, path: str, rights: int, handled: int) -> Non
         )
     finally:
         os.close(fd)
+    return True
 
 
 def restrict_self(
@@ -189,13 +223,15 @@ def restrict_self(
     devices: Iterable[str] = (),
     deny_tcp: bool = False,
     scoped: bool = True,
-) -> None:
+) -> list[str]:
     """Confine the calling thread (and what it execs) with Landlock; irreversible.
 
     `read_exec` get read+execute, `writable` get every right, `devices` get the file rights
     (read, write, truncate, device ioctls). `deny_tcp` handles TCP bind/connect with no port
     allowed (ABI >= 4); `scoped` isolates abstract UNIX sockets and signals (ABI >= 6).
-    Sets no-new-privileges first, as the kernel requires for unprivileged callers.
+    Sets no-new-privileges first, as the kernel requires for unprivileged callers. Writable paths
+    are opened through no symbolic link; the ones missing or reached through a link are returned
+    (not granted).
 
     Raises:
         LandlockError: Landlock is unavailable, a rule cannot be added, or restriction failed.
@@ -217,11 +253,11 @@ def restrict_self(
     try:
         for path in read_exec:
             _add_path_rule(ruleset_fd, path, READ_EXEC, handled)
-        for path in writable:
-            _add_path_rule(ruleset_fd, path, handled, handled)
+        skipped = [path for path in writable if not _add_path_rule(ruleset_fd, path, handled, handled, follow=False)]
         for path in devices:
             _add_path_rule(ruleset_fd, path, FILE_RIGHTS, handled)
         set_no_new_privs()
         _check(_syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset_fd)
+    return skipped

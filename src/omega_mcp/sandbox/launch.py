@@ -214,7 +214,9 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
     if plan.confinement == "landlock":
         argv += ["--landlock", str(plan.landlock_abi)]
         for root in plan.write_roots:
-            argv += ["--rw", str(root)]
+            # Where the root really was when omega started: never re-resolved, so a root that bash
+            # renamed and replaced by a symbolic link is not granted (the trampoline also refuses links).
+            argv += ["--rw", str(policy.pinned_roots.get(root, root))]
         for device in _devices():
             argv += ["--dev", device]
         if not plan.network:
@@ -254,6 +256,22 @@ def _ensure_dirs(policy: SandboxPolicy) -> None:
         (policy.scratch_dir / "cache").mkdir(exist_ok=True)
 
 
+def _check_workspace_not_swapped(policy: SandboxPolicy) -> None:
+    """Refuse to run bash in a workspace that is no longer the directory omega started with.
+
+    A workspace inside another writable root (/tmp) can be renamed by bash and replaced by a link
+    to anywhere. Its Landlock grant is pinned (and so stays on the original), but bash would still
+    start in the impostor directory: say so instead of running commands somewhere unexpected.
+    """
+    pinned = policy.pinned_roots.get(policy.workspace)
+    if pinned is not None and _real(policy.workspace) != pinned:
+        raise SandboxUnavailableError(
+            f"the workspace {policy.workspace} is no longer the directory omega started with (it now "
+            f"resolves to {_real(policy.workspace)}); bash will not run there. Restore it (it was {pinned}) "
+            "or restart omega."
+        )
+
+
 def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
     """The argv, env and cwd that run `command` with bash under `policy`.
 
@@ -261,7 +279,8 @@ def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
     in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND`).
 
     Raises:
-        SandboxUnavailableError: the mode needs an OS sandbox that cannot be applied here.
+        SandboxUnavailableError: the mode needs an OS sandbox that cannot be applied here, or the
+            workspace was replaced since omega started.
         InvalidArgumentsError: the command contains a NUL byte.
         ToolError: a directory bash needs cannot be created.
     """
@@ -272,6 +291,8 @@ def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
         raise SandboxUnavailableError(plan.refusal)
     _ensure_dirs(policy)
     plan = _plan(policy)  # again: the home may only exist now, which changes what to protect
+    if plan.confinement != "none":
+        _check_workspace_not_swapped(policy)
     env = bash_environment(policy)
     bash = [_bash(), "--noprofile", "--norc"]
     prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
