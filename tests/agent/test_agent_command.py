@@ -218,3 +218,135 @@ def test_resolve_model_routes_tiers_with_fallbacks() -> None:
     assert resolve_model(Config(agent=AgentConfig(model="m1")), "complex") == "m1"
     with pytest.raises(ConfigError, match="no model"):
         resolve_model(AgentConfig())
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://127.0.0.1:99999/v1", "port"),
+        ("http://[::1/v1", "not a valid URL"),
+        ("http:// proxy x/v1", "host"),
+        ("https:///v1", "host"),
+    ],
+)
+def test_a_base_url_with_a_bad_port_or_host_is_a_config_error(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=rf"--base-url.*{problem}"):
+        settings(None, {"OPENAI_API_KEY": "k"}, provider="openai", base_url=url)
+
+
+async def test_a_base_url_with_a_bad_port_exits_2_with_one_line(tmp_path) -> None:
+    code, out, err = await run(None, tmp_path, base_url="http://127.0.0.1:99999/v1")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "port" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("key", ["sk-abc\nsk-def", "sk-“abc”", "sk-a\x00b"])
+def test_an_api_key_with_control_or_non_ascii_characters_is_a_config_error_that_hides_the_key(key: str) -> None:
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY") as caught:
+        settings(None, {"OPENAI_API_KEY": key}, provider="openai")
+    assert "abc" not in str(caught.value)
+
+
+def test_surrounding_whitespace_of_an_api_key_is_ignored() -> None:
+    assert settings(None, {"OPENAI_API_KEY": " sk-abc\n"}, provider="openai").api_key == "sk-abc"
+
+
+async def test_the_calls_of_the_last_allowed_turn_are_shown_as_not_run(tmp_path) -> None:
+    server = Server(openai_reply("again", CALL))
+    code, _out, err = await run(server, tmp_path, max_turns=1)
+    assert code == 1
+    lines = err.splitlines()
+    assert lines[:2] == ["again", '[tool] echo {"x": 1} (not run: turn limit reached)']
+    assert lines[-1].startswith("omega-mcp agent: stopped after 1 turns")
+
+
+async def test_an_allow_tool_glob_that_matches_nothing_is_warned_about(tmp_path) -> None:
+    server = Server(openai_reply("plain"))
+    code, out, err = await run(server, tmp_path, allow_tools=["ecko*", "echo"])
+    assert (code, out) == (0, "plain\n")
+    assert err.splitlines() == ["omega-mcp agent: warning: --allow-tool 'ecko*' matches no tool (available: echo)"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "warning"),
+    [
+        (openai_reply(None), "the model returned an empty answer (finish reason: stop)"),
+        (
+            httpx2.Response(
+                200,
+                json={
+                    "choices": [{"index": 0, "finish_reason": "length", "message": {"content": "The answer is"}}],
+                    "usage": {},
+                },
+            ),
+            "the answer was cut off at the output token limit (finish reason: length)",
+        ),
+        (
+            httpx2.Response(
+                200,
+                json={
+                    "choices": [{"index": 0, "finish_reason": "content_filter", "message": {"content": "I can"}}],
+                    "usage": {},
+                },
+            ),
+            "the model stopped early (finish reason: content_filter)",
+        ),
+    ],
+)
+async def test_an_empty_or_cut_off_final_answer_is_pointed_out_on_stderr(tmp_path, reply, warning) -> None:
+    code, _out, err = await run(Server(reply), tmp_path)
+    assert code == 0
+    assert err.splitlines() == [f"omega-mcp agent: warning: {warning}"]
+
+
+class AsciiStream(io.TextIOWrapper):
+    """A stdout/stderr whose encoding cannot represent most of Unicode (LANG=C, old consoles)."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="ascii", errors="strict")
+
+    def text(self) -> str:
+        self.flush()
+        buffer = self.buffer
+        assert isinstance(buffer, io.BytesIO)
+        return buffer.getvalue().decode("ascii")
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+async def test_unicode_output_on_an_ascii_terminal_is_escaped_not_a_crash(tmp_path, json_output) -> None:
+    server = Server(openai_reply("Schritt ü 🎉", CALL), openai_reply("日本 ✓ 🎉"))
+    stdout, stderr = AsciiStream(), AsciiStream()
+    code = await run_agent_command(
+        prompt="do it",
+        config=Config(home=tmp_path),
+        tools=Host(),
+        provider="openai",
+        model=None,
+        base_url=None,
+        max_turns=None,
+        no_tools=False,
+        allow_tools=None,
+        system=None,
+        json_output=json_output,
+        stdout=stdout,
+        stderr=stderr,
+        environ={"OPENAI_API_KEY": "sk-test"},
+        http_client=server.client,
+    )
+    assert code == 0
+    if json_output:
+        assert json.loads(stdout.text())["output"] == "日本 ✓ 🎉"
+    else:
+        assert stdout.text() == "\\u65e5\\u672c \\u2713 \\U0001f389\n"
+    assert stderr.text().splitlines()[0] == "Schritt \\xfc \\U0001f389"
+
+
+async def test_json_of_a_run_failing_midway_keeps_usage_and_conversation_so_far(tmp_path) -> None:
+    failure = httpx2.Response(400, json={"error": {"message": "context too long", "type": "invalid_request_error"}})
+    server = Server(openai_reply("Let me echo.", CALL), failure)
+    code, out, err = await run(server, tmp_path, json_output=True)
+    assert code == 1 and "context too long" in err
+    data = json.loads(out)
+    assert data["output"] is None and "context too long" in data["error"]
+    assert data["turns"] == 1 and data["usage"]["input_tokens"] == 100
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant", "tool"]

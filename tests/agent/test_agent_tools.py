@@ -81,3 +81,14 @@ def test_names_that_normalize_alike_stay_distinct() -> None:
     assert [catalog.tool_name(n) for n in names] == ["a.b", "a/b", "a_b"]
     # Deterministic across runs: a second catalog maps the same way.
     assert [s.name for s in ToolCatalog(tools).specs] == names
+
+
+def test_a_name_that_already_fits_keeps_it_even_when_a_sanitized_name_comes_first() -> None:
+    # "a.b" normalizes to "a_b": it must not take the name of the real "a_b" and push that one
+    # to a hashed name, or the model calling "a_b" would reach the wrong tool.
+    tools = [types.Tool(name=n, input_schema={"type": "object"}) for n in ("a.b", "a_b")]
+    catalog = ToolCatalog(tools)
+    assert catalog.tool_name("a_b") == "a_b"
+    dotted = next(s.name for s in catalog.specs if catalog.tool_name(s.name) == "a.b")
+    assert dotted != "a_b" and dotted.startswith("a_b_")
+    assert [catalog.tool_name(s.name) for s in catalog.specs] == ["a.b", "a_b"]  # offered in order

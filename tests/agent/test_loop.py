@@ -15,6 +15,8 @@ from mcp import types
 from omega_mcp.agent.loop import TextEvent, ToolCallEvent, ToolResultEvent, run_agent
 from omega_mcp.agent.messages import (
     AssistantMessage,
+    ImagePart,
+    TextPart,
     ToolCallPart,
     ToolResultsMessage,
     Usage,
@@ -290,3 +292,37 @@ async def test_the_real_toolbox_is_a_tool_host(toolbox, rwx_policy) -> None:
     assert not read.is_error and "abc" in read.text()
     assert unknown.is_error and "Unknown tool" in unknown.text()
     assert invalid.is_error
+
+
+async def test_a_huge_tool_result_is_cut_in_the_middle_for_the_model_with_the_total_size() -> None:
+    huge = "HEAD-ü" + "x" * 200_000 + "-TAIL"
+
+    async def flood(arguments: dict[str, Any]) -> types.CallToolResult:
+        return types.CallToolResult(
+            content=[
+                types.TextContent(type="text", text=huge),
+                types.ImageContent(type="image", data="aGVsbG8=", mime_type="image/png"),
+            ]
+        )
+
+    provider = ScriptedProvider(turns([reply("", call("flood", id="f"), call("echo", {"value": "v"}, id="e")), "ok"]))
+    await run_agent("go", provider=provider, tools=FakeHost({"flood": flood, "echo": echo}), model="m")
+    flooded, normal = last_results(provider.requests[1]).results
+    text = flooded.content[0]
+    assert isinstance(text, TextPart)
+    assert len(text.text) < 101_000
+    assert text.text.startswith("HEAD-ü") and text.text.endswith("-TAIL")
+    assert f"{len(huge):,} characters" in text.text and "truncated" in text.text
+    assert isinstance(flooded.content[1], ImagePart)  # images are not text: kept
+    assert normal.text() == "echo v"
+
+
+async def test_a_large_but_reasonable_tool_result_reaches_the_model_whole() -> None:
+    big = "y" * 90_000
+
+    async def large(arguments: dict[str, Any]) -> types.CallToolResult:
+        return text_result(big)
+
+    provider = ScriptedProvider(turns([reply("", call("large", id="l")), "ok"]))
+    await run_agent("go", provider=provider, tools=FakeHost({"large": large}), model="m")
+    assert last_results(provider.requests[1]).results[0].text() == big

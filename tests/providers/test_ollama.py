@@ -144,3 +144,27 @@ async def test_error_inside_a_200_is_reported(fake_http) -> None:
     provider = OllamaProvider(client=fake.client, retry=NO_WAIT)
     with pytest.raises(ProviderHTTPError, match="unexpected EOF"):
         await provider.request(model="qwen3", system=None, messages=[UserMessage("x")], tools=[])
+
+
+async def test_string_or_broken_arguments_are_replayed_as_objects(fake_http, check_request) -> None:
+    # Ollama's Go server decodes historical arguments into a map: a string there fails the request.
+    calls = [
+        {"function": {"index": 0, "name": "bash", "arguments": '{"command": "ls"}'}},
+        {"function": {"index": 1, "name": "bash", "arguments": '{"command": '}},
+    ]
+    fake = fake_http(
+        httpx2.Response(200, json=chat({"content": "", "tool_calls": calls})),
+        httpx2.Response(200, json=chat({"content": "done"})),
+    )
+    provider = OllamaProvider(client=fake.client, retry=NO_WAIT)
+    first = await provider.request(model="qwen3", system=None, messages=[UserMessage("go")], tools=[BASH_TOOL])
+    assert first.message.tool_calls[0].arguments == {"command": "ls"}
+    assert first.message.tool_calls[1].arguments is None
+    results = ToolResultsMessage(tuple(ToolResult(None, "bash", (TextPart("r"),)) for _ in calls))
+    await provider.request(
+        model="qwen3", system=None, messages=[UserMessage("go"), first.message, results], tools=[BASH_TOOL]
+    )
+    echoed = fake.bodies[1]["messages"][1]["tool_calls"]
+    assert [c["function"]["arguments"] for c in echoed] == [{"command": "ls"}, {}]
+    assert echoed[0]["function"]["index"] == 0 and echoed[1]["function"]["name"] == "bash"
+    check_request("ollama", fake.bodies[1])

@@ -304,3 +304,32 @@ async def test_tools_json_stays_byte_identical_across_turns(fake_http) -> None:
     await provider.request(model="m", system=None, messages=[UserMessage("y")], tools=tools)
     dumps = [json.dumps(body["tools"]) for body in fake.bodies]
     assert dumps[0] == dumps[1]
+
+
+async def test_unparsable_arguments_are_replayed_as_an_empty_object_so_the_history_stays_valid(
+    fake_http, check_request
+) -> None:
+    # vLLM, llama.cpp and OpenRouter's Anthropic route parse historical arguments: replaying the
+    # broken string would make every later request of the run fail with a 400.
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"file_path": '}},
+        {"id": "c2", "type": "function", "function": {"name": "read", "arguments": "[1, 2]"}},
+        {"id": "c3", "type": "function", "function": {"name": "read", "arguments": '{ "file_path":"/a" }'}},
+    ]
+    fake = fake_http(
+        httpx2.Response(200, json=completion({"content": None, "tool_calls": calls}, "tool_calls")),
+        httpx2.Response(200, json=completion({"content": "done"})),
+    )
+    provider = OpenAIProvider(api_key="k", client=fake.client, retry=NO_WAIT)
+    history: list[Any] = [UserMessage("x")]
+    response = await provider.request(model="m", system=None, messages=history, tools=[READ_TOOL])
+    results = tuple(
+        ToolResult(c.id, c.name, (TextPart("r"),), is_error=c.arguments is None) for c in response.message.tool_calls
+    )
+    history += [response.message, ToolResultsMessage(results)]
+    await provider.request(model="m", system=None, messages=history, tools=[READ_TOOL])
+    echoed = fake.bodies[1]["messages"][1]["tool_calls"]
+    assert [c["function"]["arguments"] for c in echoed] == ["{}", "{}", '{ "file_path":"/a" }']
+    assert [c["id"] for c in echoed] == ["c1", "c2", "c3"]
+    check_request("openai", fake.bodies[1])
+    assert response.message.tool_calls[0].arguments_error  # the model is still told what was wrong

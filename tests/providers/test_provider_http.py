@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import email.utils
 import time
+from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
@@ -155,3 +157,85 @@ async def test_an_invalid_url_fails_at_once_with_the_url() -> None:
             await http.post("ftp://127.0.0.1/x", {}, {})
     finally:
         await http.aclose()
+
+
+async def test_a_request_the_client_cannot_send_fails_at_once_without_echoing_headers(fake_http) -> None:
+    def refuse(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.LocalProtocolError("Illegal header value b'Bearer sk-secret\\n'", request=request)
+
+    fake = fake_http(refuse, httpx2.Response(200, json=OK))
+    http, delays = make(fake)
+    with pytest.raises(ProviderHTTPError, match="could not send") as caught:
+        await http.post(URL, {}, {})
+    assert "sk-secret" not in str(caught.value)
+    assert delays == [] and len(fake.requests) == 1
+
+
+async def test_an_unexpected_client_exception_becomes_a_provider_error(fake_http) -> None:
+    def explode(request: httpx2.Request) -> httpx2.Response:
+        raise ExceptionGroup("unhandled errors in a TaskGroup", [OverflowError("connect(): port must be 0-65535.")])
+
+    fake = fake_http(explode)
+    http, _ = make(fake)
+    with pytest.raises(ProviderHTTPError, match=r"OverflowError: connect\(\): port must be 0-65535"):
+        await http.post(URL, {}, {})
+
+
+async def test_a_server_that_never_answers_fails_after_one_bounded_wait(fake_http) -> None:
+    async def stall(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    fake = FakeAsync([stall, stall])
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    http = HttpJson("acme", client=fake.client, retry=RetryPolicy(jitter=0), timeout_seconds=0.05, sleep=sleep)
+    with anyio.fail_after(10):
+        with pytest.raises(ProviderHTTPError, match=r"no answer from .* within 0.05 s"):
+            await http.post(URL, {}, {})
+    # A whole timeout already cost the user that long; retrying would multiply it.
+    assert len(fake.requests) == 1 and delays == []
+
+
+def test_default_timeouts_are_bounded_and_sane() -> None:
+    http = HttpJson("acme")
+    timeout = http._client.timeout
+    assert 60 <= http.timeout_seconds <= 900  # long answers take minutes; never unbounded
+    assert timeout.connect is not None and timeout.connect <= 30
+    assert timeout.read is not None and timeout.read <= http.timeout_seconds
+
+
+async def test_each_retry_is_announced_and_the_final_error_counts_the_attempts(fake_http, caplog) -> None:
+    limited = httpx2.Response(429, headers={"retry-after-ms": "10"}, json={"error": {"message": "slow down"}})
+    fake = fake_http(limited, limited, limited)
+    http, delays = make(fake, policy=RetryPolicy(max_retries=2, jitter=0))
+    with caplog.at_level("WARNING"), pytest.raises(ProviderHTTPError, match=r"slow down \(gave up after 3 attempts\)"):
+        await http.post(URL, {}, {})
+    assert delays == [0.01, 0.01]
+    notices = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(notices) == 2 and "HTTP 429" in notices[0] and "0.01 s" in notices[0]
+
+
+class FakeAsync:
+    """Like the `fake_http` fixture, with async handlers (to stall without blocking)."""
+
+    def __init__(self, handlers: list[Any]) -> None:
+        self.handlers = handlers
+        self.requests: list[httpx2.Request] = []
+        self.client = httpx2.AsyncClient(transport=httpx2.MockTransport(self._handle))
+
+    async def _handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        return await self.handlers.pop(0)(request)
+
+
+async def test_a_404_or_405_names_the_url_so_a_wrong_base_url_is_easy_to_spot(fake_http) -> None:
+    fake = fake_http(httpx2.Response(404, text="404 page not found"), httpx2.Response(405, text=""))
+    http, _ = make(fake)
+    with pytest.raises(ProviderHTTPError, match=r"HTTP 404\): 404 page not found \(POST http://127\.0\.0\.1:9/v1/chat"):
+        await http.post(URL, {}, {})
+    with pytest.raises(ProviderHTTPError, match=r"HTTP 405\): .*check the base URL"):
+        await http.post(URL, {}, {})

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from omega_mcp.providers._schema import clean_schema
 
@@ -148,3 +149,72 @@ def test_hostile_depth_is_truncated_not_followed() -> None:
         depth += 1
     assert depth < 100
     assert "truncated" in node.get("description", "")
+
+
+DIALECTS = ["openai", "anthropic", "ollama", "gemini"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_draft_04_boolean_exclusive_bounds_become_valid_2020_12(dialect) -> None:
+    # Anthropic rejects the *whole request* when one tool's schema is not valid draft 2020-12.
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number", "minimum": 1, "exclusiveMinimum": True, "maximum": 9, "exclusiveMaximum": False},
+            "m": {"type": "integer", "exclusiveMaximum": True},
+        },
+    }
+    cleaned = clean_schema(schema, dialect)
+    Draft202012Validator.check_schema(cleaned)
+    n = cleaned["properties"]["n"]
+    if dialect == "gemini":
+        assert n["minimum"] == 1 and n["maximum"] == 9
+    else:
+        assert n["exclusiveMinimum"] == 1 and "minimum" not in n and n["maximum"] == 9
+    assert "exclusiveMaximum" not in n and "exclusiveMaximum" not in cleaned["properties"]["m"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "any"},
+        {"type": ["string", "whatever"]},
+        {"enum": "a,b"},
+        {"minLength": "3", "type": "string"},
+        {"properties": {"x": {"required": True, "type": "string"}}, "type": "object"},
+        {"type": "string", "pattern": 5},
+    ],
+)
+def test_any_other_invalid_keyword_is_dropped_rather_than_failing_the_request(dialect, bad) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "string"}, "bad": bad}, "required": ["ok"]}
+    cleaned = clean_schema(schema, dialect)
+    Draft202012Validator.check_schema(cleaned)
+    assert cleaned["properties"]["ok"] == {"type": "string"} and cleaned["required"] == ["ok"]
+    assert "bad" in cleaned["properties"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_root_ref_is_resolved_so_the_model_sees_the_properties(dialect) -> None:
+    # zod-to-json-schema with a name emits {"$ref": "#/definitions/Name", "definitions": {...}}.
+    schema = {
+        "$ref": "#/definitions/Args",
+        "definitions": {"Args": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
+        "$schema": "http://json-schema.org/draft-07/schema#",
+    }
+    cleaned = clean_schema(schema, dialect)
+    assert cleaned["properties"] == {"q": {"type": "string"}} and cleaned["required"] == ["q"]
+    assert "$ref" not in cleaned
+    Draft202012Validator.check_schema(cleaned)
+
+
+@pytest.mark.parametrize("schema", [["a"], "string", True, 5])
+def test_a_schema_that_is_not_an_object_becomes_a_free_object(schema) -> None:
+    for dialect in DIALECTS:
+        assert clean_schema(schema, dialect) == {"type": "object", "properties": {}}  # pyright: ignore[reportArgumentType]
+
+
+def test_gemini_root_is_never_nullable() -> None:
+    cleaned = clean_schema({"type": ["object", "null"], "properties": {"a": {"type": ["string", "null"]}}}, "gemini")
+    assert "nullable" not in cleaned and cleaned["type"] == "object"
+    assert cleaned["properties"]["a"] == {"type": "string", "nullable": True}

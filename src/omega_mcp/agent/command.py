@@ -9,15 +9,27 @@ variables, then built-in defaults. `[agent]` model, base URL and key variable ap
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
 
-from omega_mcp.agent.loop import AgentEvent, AgentResult, TextEvent, ToolCallEvent, ToolHost, ToolResultEvent, run_agent
+from omega_mcp.agent.loop import (
+    AgentEvent,
+    AgentResult,
+    TextEvent,
+    ToolCallEvent,
+    ToolHost,
+    ToolResultEvent,
+    partial_result,
+    run_agent,
+)
 from omega_mcp.config import AgentConfig, Config
 from omega_mcp.errors import ConfigError, MaxTurnsExceededError, ProviderAuthError, ProviderError
 from omega_mcp.providers import PRESETS, PROVIDER_NAMES, create_provider
@@ -27,6 +39,13 @@ __all__ = ["AgentSettings", "resolve_model", "resolve_settings", "run_agent_comm
 Tier = Literal["default", "fast", "complex"]
 _OLLAMA_PORT = 11434
 _SHORT = 300
+_LISTED = 12
+# Stop reasons meaning "the output token limit cut the answer off" (OpenAI/Ollama, Anthropic, Gemini).
+_CUT_OFF = frozenset({"length", "max_tokens", "MAX_TOKENS"})
+_NORMAL_STOP = frozenset(
+    {None, "stop", "STOP", "end_turn", "stop_sequence", "tool_calls", "tool_use", "FINISH_REASON_UNSPECIFIED"}
+)
+_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +105,16 @@ def resolve_settings(
     url = base_url or own.base_url or environ.get(preset.base_url_env) or preset.default_base_url
     if name == "ollama":
         url = _ollama_url(url)
-    if not url.startswith(("http://", "https://")):
+    problem = _url_problem(url)
+    if problem:
         source = "--base-url" if base_url else ("agent.base_url" if own.base_url else preset.base_url_env)
-        raise ConfigError(f"base URL must start with http:// or https://, got {url!r}", key=source)
+        raise ConfigError(problem, key=source)
     key_env, key = _api_key(own, preset.key_envs, environ, where)
+    if key is not None:
+        key = key.strip()
+        if not _PRINTABLE_ASCII.fullmatch(key):
+            # Never echo the key: it is a secret, and the bad character may not even be visible.
+            raise ConfigError(f"{key_env} contains a space, control or non-ASCII character (a stray newline or quote?)")
     if key is None and preset.key_required:
         raise ConfigError(f"{key_env} is not set: the {name} provider needs an API key")
     turns = max_turns if max_turns is not None else config.agent.max_turns
@@ -121,6 +146,25 @@ def _api_key(
         if environ.get(env):
             return env, environ[env]
     return (standard[0] if standard else None), None
+
+
+def _url_problem(url: str) -> str | None:
+    """Why `url` cannot be a provider base URL, or None. Checked up front: a bad port or host
+    would otherwise surface as a low-level socket error on the first request."""
+    if not url.startswith(("http://", "https://")):
+        return f"base URL must start with http:// or https://, got {url!r}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        problem = "the port must be 1-65535" if "port" in str(exc).lower() else f"not a valid URL ({exc})"
+        return f"{problem}: {url!r}"
+    if port == 0:
+        return f"the port must be 1-65535: {url!r}"
+    host = parts.hostname
+    if not host or any(ch.isspace() for ch in host):
+        return f"the base URL needs a host name without spaces: {url!r}"
+    return None
 
 
 def _ollama_url(value: str) -> str:
@@ -171,6 +215,8 @@ async def run_agent_command(
     failure: str
     partial: AgentResult | None = None
     try:
+        if allowed:
+            await _warn_unmatched(allowed, tools, stderr)
         result = await run_agent(
             prompt,
             provider=llm,
@@ -187,13 +233,21 @@ async def run_agent_command(
     except ProviderAuthError as exc:
         hint = f" (check {settings.api_key_env})" if settings.api_key_env else ""
         failure = f"{exc}{hint}"
+        partial = partial_result(exc)
     except ProviderError as exc:
         failure = str(exc)
+        partial = partial_result(exc)
     except Exception as exc:  # the CLI boundary: one line, never a traceback
         failure = f"internal error: {type(exc).__name__}: {exc}"
     else:
+        if result.finish_reason in _CUT_OFF:
+            _line(stderr, f"omega-mcp agent: warning: the answer was cut off at the output token limit{_why(result)}")
+        elif not result.output.strip():
+            _line(stderr, f"omega-mcp agent: warning: the model returned an empty answer{_why(result)}")
+        elif result.finish_reason not in _NORMAL_STOP:  # a safety filter or refusal cut the answer short
+            _line(stderr, f"omega-mcp agent: warning: the model stopped early{_why(result)}")
         if json_output:
-            _line(stdout, json.dumps(result.to_json(), ensure_ascii=False))
+            _json_line(stdout, result.to_json())
         else:
             _line(stdout, result.output)
         return 0
@@ -203,9 +257,24 @@ async def run_agent_command(
     _line(stderr, f"omega-mcp agent: {failure}")
     if json_output:
         data: dict[str, Any] = partial.to_json() if partial else {"output": None}
+        if not data["output"]:
+            data["output"] = None
         data["error"] = failure
-        _line(stdout, json.dumps(data, ensure_ascii=False))
+        _json_line(stdout, data)
     return 1
+
+
+def _why(result: AgentResult) -> str:
+    return f" (finish reason: {result.finish_reason})" if result.finish_reason else ""
+
+
+async def _warn_unmatched(globs: list[str], tools: ToolHost, stderr: TextIO) -> None:
+    """A typo in --allow-tool would silently leave the model without the tool it needs."""
+    names = [tool.name for tool in await tools.list_tools()]
+    for glob in globs:
+        if not any(fnmatch.fnmatchcase(name, glob) for name in names):
+            shown = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
+            _line(stderr, f"omega-mcp agent: warning: --allow-tool {glob!r} matches no tool (available: {shown})")
 
 
 def _report(stream: TextIO, event: AgentEvent) -> None:
@@ -216,7 +285,8 @@ def _report(stream: TextIO, event: AgentEvent) -> None:
         arguments = (
             "(unparsable arguments)" if event.arguments is None else json.dumps(event.arguments, ensure_ascii=False)
         )
-        _line(stream, f"[tool] {event.name} {_shorten(arguments)}")
+        suffix = "" if event.run else " (not run: turn limit reached)"
+        _line(stream, f"[tool] {event.name} {_shorten(arguments)}{suffix}")
     elif isinstance(event, ToolResultEvent):
         label = "error" if event.is_error else "result"
         _line(stream, f"[{label}] {event.name}: {_shorten(event.text)}")
@@ -229,5 +299,21 @@ def _shorten(text: str) -> str:
 
 
 def _line(stream: TextIO, text: str) -> None:
-    stream.write(text if text.endswith("\n") else text + "\n")
+    line = text if text.endswith("\n") else text + "\n"
+    try:
+        stream.write(line)
+    except UnicodeEncodeError:
+        # A terminal that cannot show the text (LANG=C, old consoles): escape rather than crash.
+        encoding = stream.encoding or "ascii"
+        stream.write(line.encode(encoding, "backslashreplace").decode(encoding))
     stream.flush()
+
+
+def _json_line(stream: TextIO, data: dict[str, Any]) -> None:
+    """One JSON object; plain ASCII escapes when the stream cannot encode the text itself."""
+    text = json.dumps(data, ensure_ascii=False)
+    try:
+        text.encode(stream.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(data)
+    _line(stream, text)

@@ -3,7 +3,8 @@
 Tool calls are detected from the assistant's content, never from a stop reason. The calls of one
 turn run concurrently in a task group and their results go back in call order, each with its id.
 Unknown tools, unparsable arguments, tool errors, exceptions and timeouts all become error results
-the model can act on; only provider failures and the turn limit end the loop with an exception.
+the model can act on, and a result too large for the context window is cut in the middle; only
+provider failures and the turn limit end the loop with an exception.
 The loop knows neither MCP transports nor wire formats: tools come from a `ToolHost`, turns from
 a `Provider`.
 """
@@ -29,8 +30,8 @@ from omega_mcp.agent.messages import (
     UserMessage,
     message_to_json,
 )
-from omega_mcp.agent.tools import ToolCatalog, result_parts
-from omega_mcp.errors import MaxTurnsExceededError, ToolError
+from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped, result_parts
+from omega_mcp.errors import MaxTurnsExceededError, ProviderError, ToolError
 from omega_mcp.providers import Provider
 
 __all__ = [
@@ -42,12 +43,14 @@ __all__ = [
     "ToolCallEvent",
     "ToolHost",
     "ToolResultEvent",
+    "partial_result",
     "run_agent",
 ]
 
 DEFAULT_MAX_TURNS = 25
 DEFAULT_TOOL_TIMEOUT_SECONDS = 900.0
 """A backstop only: bash (max 600 s) and downstream calls enforce their own, shorter timeouts."""
+_PARTIAL = "omega_partial_result"  # attribute on a ProviderError holding the run so far
 
 
 class ToolHost(Protocol):
@@ -79,11 +82,15 @@ class ThinkingEvent:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallEvent:
-    """A call about to run; `name` is the tool's own name when known, else what the model sent."""
+    """A call about to run; `name` is the tool's own name when known, else what the model sent.
+
+    `run` is False for the calls of the last allowed turn: the turn limit stops them.
+    """
 
     call_id: str | None
     name: str
     arguments: dict[str, Any] | None
+    run: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +106,17 @@ AgentEvent = TextEvent | ThinkingEvent | ToolCallEvent | ToolResultEvent
 
 @dataclass(frozen=True, slots=True)
 class AgentResult:
-    """The final answer, the number of model requests, summed usage and the whole conversation."""
+    """The final answer, the number of model requests, summed usage and the whole conversation.
+
+    `finish_reason` is the provider's own stop reason for the last turn (`length`, `max_tokens`,
+    `MAX_TOKENS` mean the answer was cut off), when it gave one.
+    """
 
     output: str
     turns: int
     usage: Usage
     messages: tuple[Message, ...]
+    finish_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,16 +138,19 @@ async def run_agent(
     system: str | None = None,
     on_event: Callable[[AgentEvent], None] | None = None,
     tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
 ) -> AgentResult:
     """Run the loop until the model answers without calling tools.
 
     `allowed_tools`: None offers every tool, an empty sequence none (no `tools` key is sent at
-    all), otherwise only the tools matching one of the globs.
+    all), otherwise only the tools matching one of the globs. A tool result whose text exceeds
+    `max_result_chars` reaches the model cut in the middle, with its full size.
 
     Raises:
         MaxTurnsExceededError: the model still called tools in request number `max_turns`
             (`.result` holds the conversation so far; those calls are not run).
-        ProviderError: the provider failed (after its retries).
+        ProviderError: the provider failed (after its retries); `partial_result(exc)` gives the
+            turns, usage and conversation before the failure.
         ValueError: `max_turns` is less than 1.
     """
     if max_turns < 1:
@@ -146,20 +161,33 @@ async def run_agent(
     messages: list[Message] = [UserMessage(prompt)]
     usage = Usage()
     for turn in range(1, max_turns + 1):
-        response = await provider.request(model=model, system=system, messages=messages, tools=catalog.specs)
+        try:
+            response = await provider.request(model=model, system=system, messages=messages, tools=catalog.specs)
+        except ProviderError as exc:
+            # What the run cost and said so far still matters to the caller (`--json`, billing).
+            setattr(exc, _PARTIAL, AgentResult("", turn - 1, usage, tuple(messages)))
+            raise
         usage += response.usage
         message = response.message
         messages.append(message)
         calls = message.tool_calls
-        _emit_parts(message, catalog, emit, final=not calls)
+        _emit_parts(message, catalog, emit, final=not calls, run=turn < max_turns)
         if not calls:
-            return AgentResult(message.text, turn, usage, tuple(messages))
+            return AgentResult(message.text, turn, usage, tuple(messages), response.finish_reason)
         if turn == max_turns:
             partial = AgentResult(message.text, turn, usage, tuple(messages))
             raise MaxTurnsExceededError(max_turns, partial)
-        results = await _run_calls(calls, tools, catalog, emit, tool_timeout_seconds)
+        results = await _run_calls(
+            calls, tools, catalog, emit, timeout_seconds=tool_timeout_seconds, max_result_chars=max_result_chars
+        )
         messages.append(ToolResultsMessage(results))
     raise AssertionError("unreachable: the last turn either returns or raises")
+
+
+def partial_result(exc: BaseException) -> AgentResult | None:
+    """The run up to a `ProviderError` raised by `run_agent` (None for other exceptions)."""
+    result = getattr(exc, _PARTIAL, None)
+    return result if isinstance(result, AgentResult) else None
 
 
 def _ignore(_event: AgentEvent) -> None:
@@ -167,7 +195,7 @@ def _ignore(_event: AgentEvent) -> None:
 
 
 def _emit_parts(
-    message: AssistantMessage, catalog: ToolCatalog, emit: Callable[[AgentEvent], None], *, final: bool
+    message: AssistantMessage, catalog: ToolCatalog, emit: Callable[[AgentEvent], None], *, final: bool, run: bool
 ) -> None:
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -177,7 +205,7 @@ def _emit_parts(
             if part.text:
                 emit(ThinkingEvent(part.text))
         else:
-            emit(ToolCallEvent(part.id, catalog.tool_name(part.name) or part.name, part.arguments))
+            emit(ToolCallEvent(part.id, catalog.tool_name(part.name) or part.name, part.arguments, run))
 
 
 async def _run_calls(
@@ -185,12 +213,14 @@ async def _run_calls(
     tools: ToolHost,
     catalog: ToolCatalog,
     emit: Callable[[AgentEvent], None],
+    *,
     timeout_seconds: float,
+    max_result_chars: int,
 ) -> tuple[ToolResult, ...]:
     results: list[ToolResult | None] = [None] * len(calls)
 
     async def run_one(index: int, call: ToolCallPart) -> None:
-        result = await _run_call(call, tools, catalog, timeout_seconds)
+        result = await _run_call(call, tools, catalog, timeout_seconds, max_result_chars)
         results[index] = result
         emit(ToolResultEvent(call.id, catalog.tool_name(call.name) or call.name, result.text(), result.is_error))
 
@@ -200,7 +230,9 @@ async def _run_calls(
     return tuple(r for r in results if r is not None)
 
 
-async def _run_call(call: ToolCallPart, tools: ToolHost, catalog: ToolCatalog, timeout_seconds: float) -> ToolResult:
+async def _run_call(
+    call: ToolCallPart, tools: ToolHost, catalog: ToolCatalog, timeout_seconds: float, max_result_chars: int
+) -> ToolResult:
     def error(text: str) -> ToolResult:
         return ToolResult(call.id, call.name, (TextPart(text),), is_error=True)
 
@@ -222,4 +254,5 @@ async def _run_call(call: ToolCallPart, tools: ToolHost, catalog: ToolCatalog, t
         return error(f"{call.name} failed: {type(exc).__name__}: {exc}")
     if outcome is None:
         return error(f"{call.name} timed out after {timeout_seconds:g} s")
-    return ToolResult(call.id, call.name, result_parts(outcome), is_error=bool(outcome.is_error))
+    content = capped(result_parts(outcome), max_result_chars)
+    return ToolResult(call.id, call.name, content, is_error=bool(outcome.is_error))

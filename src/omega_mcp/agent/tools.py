@@ -20,7 +20,12 @@ from mcp import types
 from omega_mcp.agent.messages import ImagePart, ResultPart, TextPart, ToolSpec, decoded_size
 from omega_mcp.names import fit_name, normalize
 
-__all__ = ["ToolCatalog", "result_parts"]
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "ToolCatalog", "capped", "result_parts"]
+
+DEFAULT_MAX_RESULT_CHARS = 100_000
+"""What one tool result may put in front of the model (about 25k tokens, Claude Code's default for
+MCP output). The hub passes downstream results on whole; the agent is the client here, and one
+runaway result must not overflow the context window and end the run."""
 
 _WIRE_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$")
 
@@ -31,21 +36,25 @@ class ToolCatalog:
     def __init__(self, tools: Iterable[types.Tool], allowed: Sequence[str] | None = None) -> None:
         self.specs: tuple[ToolSpec, ...]
         self._to_tool: dict[str, str] = {}
-        specs: list[ToolSpec] = []
+        chosen: dict[str, types.Tool] = {}
         for tool in tools:
             if allowed is not None and not any(fnmatch.fnmatchcase(tool.name, glob) for glob in allowed):
                 continue
-            if tool.name in self._to_tool.values():
-                continue
-            wire = self._wire_name(tool.name)
-            self._to_tool[wire] = tool.name
-            description = tool.description or tool.title or tool.name
-            specs.append(ToolSpec(wire, description, tool.input_schema))
-        self.specs = tuple(specs)
+            chosen.setdefault(tool.name, tool)
+        # Names that already fit are claimed first, so a sanitized name can never take the name
+        # of a real tool (the model calling it would reach the wrong one).
+        wire_of = {name: name for name in chosen if _WIRE_NAME.match(name)}
+        self._to_tool = {wire: name for name, wire in wire_of.items()}
+        for name in chosen:
+            if name not in wire_of:
+                wire_of[name] = self._wire_name(name)
+                self._to_tool[wire_of[name]] = name
+        self.specs = tuple(
+            ToolSpec(wire_of[tool.name], tool.description or tool.title or tool.name, tool.input_schema)
+            for tool in chosen.values()
+        )
 
     def _wire_name(self, name: str) -> str:
-        if _WIRE_NAME.match(name) and name not in self._to_tool:
-            return name
         candidate = normalize(name) or "tool"
         if not re.match(r"[a-zA-Z_]", candidate):
             candidate = "_" + candidate
@@ -90,3 +99,22 @@ def result_parts(result: types.CallToolResult) -> tuple[ResultPart, ...]:
     if not parts and result.structured_content is not None:
         parts.append(TextPart(json.dumps(result.structured_content, ensure_ascii=False, default=str)))
     return tuple(parts)
+
+
+def capped(parts: tuple[ResultPart, ...], limit: int = DEFAULT_MAX_RESULT_CHARS) -> tuple[ResultPart, ...]:
+    """`parts` with their text cut in the middle when it exceeds `limit` characters in total.
+
+    Head and tail are kept (errors and summaries tend to sit at either end) and the marker gives
+    the full size, so the model can ask for less. Images are not text and stay as they are.
+    """
+    texts = [part.text for part in parts if isinstance(part, TextPart)]
+    joined = "\n".join(texts)
+    if len(joined) <= limit:
+        return parts
+    head = joined[: limit // 2]
+    tail = joined[len(joined) - limit // 2 :]
+    marker = (
+        f"\n\n[... output truncated: {len(joined):,} characters in total, the middle "
+        f"{len(joined) - len(head) - len(tail):,} left out; ask for a smaller part to see it ...]\n\n"
+    )
+    return (TextPart(head + marker + tail), *(part for part in parts if not isinstance(part, TextPart)))

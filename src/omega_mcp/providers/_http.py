@@ -1,23 +1,26 @@
 """JSON-over-HTTP for provider adapters: timeouts, retries with backoff, and error mapping.
 
-One POST helper shared by every adapter. Transient failures (transport errors, 408, 409, 429,
+One POST helper shared by every adapter. Transient failures (connection errors, 408, 409, 429,
 5xx, Anthropic's 529, and errors a gateway reports inside a 200) are retried with exponential
-backoff and jitter, honoring `retry-after-ms`, `retry-after` and Gemini's `RetryInfo.retryDelay`;
-authentication, quota and validation errors never are. Every failure is a `ProviderError` whose
-message carries the provider's own error text. The caller may pass its own `httpx2.AsyncClient`
-(tests use `httpx2.MockTransport`); otherwise one is created and closed by `aclose()`.
+backoff and jitter, honoring `retry-after-ms`, `retry-after` and Gemini's `RetryInfo.retryDelay`,
+each retry announced as a log warning; authentication, quota and validation errors never are, nor
+is a request that used up its whole timeout (retrying would multiply a long silent wait). Every
+failure is a `ProviderError` whose message carries the provider's own error text. The caller may
+pass its own `httpx2.AsyncClient` (tests use `httpx2.MockTransport`); otherwise one is created and
+closed by `aclose()`.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import anyio
 import httpx2
@@ -29,6 +32,8 @@ __all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy",
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 """Upper bound for one request, all reads included; a long reasoning answer can take minutes."""
+
+logger = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _AUTH_STATUSES = frozenset({401, 402, 403})
@@ -94,31 +99,53 @@ class HttpJson:
         """
         attempt = 0
         while True:
-            failure: _Failure
-            try:
-                with anyio.fail_after(self.timeout_seconds):
-                    response = await self._client.post(url, json=body, headers=dict(headers))
-            except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
-                raise self._error(f"invalid URL {url!r}: {exc}") from None
-            except TimeoutError:
-                failure = _Failure(self._error(f"no answer from {url} within {self.timeout_seconds:g} s"), True)
-            except httpx2.HTTPError as exc:
-                failure = _Failure(self._error(f"request to {url} failed: {_describe_exception(exc)}"), True)
-            else:
-                data, failure_or_none = self._check(response)
-                if failure_or_none is None:
-                    return data
-                failure = failure_or_none
+            failure = await self._attempt(url, body, headers)
+            if isinstance(failure, dict):
+                return failure
             if not failure.retryable or attempt >= self.retry.max_retries:
-                raise failure.error
+                if attempt == 0:
+                    raise failure.error
+                raise type(failure.error)(
+                    f"{failure.error} (gave up after {attempt + 1} attempts)", status_code=failure.error.status_code
+                )
             delay = failure.delay_seconds if failure.delay_seconds is not None else self.retry.backoff(attempt)
             if delay > self.retry.max_retry_after_seconds:
                 raise ProviderHTTPError(
                     f"{failure.error} (the provider asked to retry after {delay:g} s; giving up)",
                     status_code=failure.error.status_code,
                 )
+            # Waits can add up to minutes: say why the run is quiet.
+            logger.warning(
+                "%s; retrying in %.3g s (retry %d of %d)", failure.error, delay, attempt + 1, self.retry.max_retries
+            )
             await self._sleep(max(delay, 0.0))
             attempt += 1
+
+    async def _attempt(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> dict[str, Any] | _Failure:
+        """One request: the decoded answer, or a classified failure."""
+        try:
+            with anyio.fail_after(self.timeout_seconds):
+                response = await self._client.post(url, json=body, headers=dict(headers))
+        except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
+            raise self._error(f"invalid URL {url!r}: {exc}") from None
+        except httpx2.LocalProtocolError as exc:
+            # The request could not even be built. Its text may quote a header value (the API key).
+            raise self._error(
+                f"could not send the request to {url} ({type(exc).__name__}): "
+                "check the API key and headers for invalid characters"
+            ) from None
+        except (TimeoutError, httpx2.ReadTimeout, httpx2.WriteTimeout):
+            # The server took the request and went quiet for the whole budget: a retry would make
+            # the user wait that long again, so fail now.
+            return _Failure(self._error(f"no answer from {url} within {self.timeout_seconds:g} s"), False)
+        except httpx2.HTTPError as exc:
+            return _Failure(self._error(f"request to {url} failed: {_describe_exception(exc)}"), True)
+        except Exception as exc:  # a client or socket-layer bug must still read as a provider failure
+            raise self._error(f"request to {url} failed: {_describe_exception(_first_leaf(exc))}") from None
+        data, failure = self._check(response)
+        return data if failure is None else failure
 
     def _error(self, message: str, status: int | None = None, *, auth: bool = False) -> ProviderError:
         cls = ProviderAuthError if auth else ProviderHTTPError
@@ -142,7 +169,13 @@ class HttpJson:
                 code = _embedded_code(data["error"])
                 return data, self._failure(code or status, error_text(data, response.text), response, data)
             return data, None
-        return {}, self._failure(status, error_text(body, response.text), response, body)
+        message = error_text(body, response.text)
+        if status in (404, 405):
+            # Often a base URL missing or doubling a path segment such as /v1: show where we went.
+            # Without credentials or query: those may hold secrets.
+            where = response.request.url.copy_with(userinfo=b"", query=None)
+            message += f" (POST {where}; check the base URL if the path is wrong)"
+        return {}, self._failure(status, message, response, body)
 
     def _failure(self, status: int, message: str, response: httpx2.Response, body: object) -> _Failure:
         lowered = message.lower() + json.dumps(body, default=str).lower()
@@ -216,6 +249,17 @@ def _body_retry_delay(body: object) -> float | None:
             if match:
                 return float(match.group(1))
     return None
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside `exc` (anyio task groups wrap socket errors)."""
+    while True:
+        if not isinstance(exc, BaseExceptionGroup):
+            return exc
+        inner: tuple[BaseException, ...] = cast(BaseExceptionGroup[BaseException], exc).exceptions
+        if not inner:
+            return cast(BaseException, exc)
+        exc = inner[0]
 
 
 def _describe_exception(exc: BaseException) -> str:

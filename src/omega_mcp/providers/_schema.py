@@ -1,17 +1,20 @@
 """Clean MCP `inputSchema`s so every provider accepts real servers' schemas.
 
 The common pass (all providers) never mutates its input: it drops `$schema`/`$id`/`$comment`,
-makes the root an object schema with `properties` (a root `anyOf`/`oneOf`/`allOf` is merged into
-one object), gives arrays `items`, drops `required` names that are not properties, and replaces
-boolean or malformed subschemas. The Gemini pass (for `parametersJsonSchema`) also inlines local
-`$ref`s (a recursive one becomes `{}`), turns `type: [X, "null"]` into `nullable`, `const` into a
-one-value `enum`, and drops `title`, `examples`, `discriminator` and draft-2020 exclusive bounds.
-Depth and node budgets keep hostile schemas from blowing up the request.
+makes the root an object schema with `properties` (a root `$ref` is resolved, a root
+`anyOf`/`oneOf`/`allOf` merged into one object), gives arrays `items`, drops `required` names that
+are not properties, rewrites draft-04 boolean exclusive bounds, replaces boolean or malformed
+subschemas, and finally drops any keyword that still breaks the JSON Schema 2020-12 metaschema
+(Anthropic rejects the whole request for one invalid tool schema). The Gemini pass (for
+`parametersJsonSchema`) also inlines local `$ref`s (a recursive one becomes `{}`), turns
+`type: [X, "null"]` into `nullable`, `const` into a one-value `enum`, and drops `title`,
+`examples`, `discriminator` and draft-2020 exclusive bounds. Depth and node budgets keep hostile
+schemas from blowing up the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, cast
 
 from omega_mcp.agent._json import as_list, as_object
@@ -22,6 +25,7 @@ Dialect = Literal["openai", "anthropic", "ollama", "gemini"]
 
 _MAX_DEPTH = 64
 _MAX_NODES = 20_000
+_MAX_CHECKED_NODES = 2_000
 _DROP_ALWAYS = frozenset({"$schema", "$id", "$comment"})
 _DROP_GEMINI = frozenset(
     {"title", "examples", "discriminator", "$defs", "definitions", "$anchor", "$dynamicAnchor", "$dynamicRef"}
@@ -37,9 +41,11 @@ _SCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
 
 def clean_schema(schema: Mapping[str, Any] | None, dialect: Dialect) -> dict[str, Any]:
     """A copy of `schema` that `dialect` accepts as a function's parameters."""
-    cleaner = _Cleaner(schema or {}, gemini=dialect == "gemini")
-    root = cleaner.node(schema if isinstance(schema, Mapping) else {}, 0, root=True)
-    return _object_root(root)
+    source: Mapping[str, Any] = schema if isinstance(schema, Mapping) else {}
+    cleaner = _Cleaner(source, gemini=dialect == "gemini")
+    root = _object_root(cleaner.node(cleaner.resolve_root(source), 0, root=True), gemini=dialect == "gemini")
+    # Validation costs about 0.2 ms a node: only huge $ref expansions skip it.
+    return _metaschema_repaired(root) if cleaner.nodes <= _MAX_CHECKED_NODES else root
 
 
 class _Cleaner:
@@ -53,6 +59,15 @@ class _Cleaner:
                 for name, value in table.items():  # pyright: ignore[reportUnknownVariableType]
                     self.defs[f"#/{key}/{name}"] = value
         self.expanding: list[str] = []
+
+    def resolve_root(self, root: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The root with a local `$ref` replaced by its target (zod-to-json-schema emits
+        `{"$ref": "#/definitions/Args", "definitions": ...}`): models only see root properties."""
+        ref = root.get("$ref")
+        target = self.defs.get(ref) if isinstance(ref, str) else None
+        if not isinstance(target, Mapping):
+            return root
+        return {**cast(Mapping[str, Any], target), **{k: v for k, v in root.items() if k != "$ref"}}
 
     def node(self, value: object, depth: int, *, root: bool = False) -> Any:
         self.nodes += 1
@@ -78,6 +93,7 @@ class _Cleaner:
                 out[key] = [self.node(s, depth + 1) for s in items]
             else:
                 out[key] = sub
+        _draft04_bounds(out)
         if self.gemini:
             _gemini_fixups(out)
         _fix_object(out)
@@ -121,6 +137,17 @@ def _fix_object(schema: dict[str, Any]) -> None:
             del schema["required"]
 
 
+def _draft04_bounds(schema: dict[str, Any]) -> None:
+    """Draft-04 `exclusiveMinimum: true` + `minimum: N` is `exclusiveMinimum: N` since draft-06."""
+    for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        flag = schema.get(exclusive)
+        if isinstance(flag, bool):
+            del schema[exclusive]
+            bound = schema.get(inclusive)
+            if flag and isinstance(bound, int | float) and not isinstance(bound, bool):
+                schema[exclusive] = schema.pop(inclusive)
+
+
 def _gemini_fixups(schema: dict[str, Any]) -> None:
     kind = schema.get("type")
     if isinstance(kind, list):
@@ -144,11 +171,14 @@ def _gemini_fixups(schema: dict[str, Any]) -> None:
                 schema[inclusive] = bound
 
 
-def _object_root(root: Any) -> dict[str, Any]:
+def _object_root(root: Any, *, gemini: bool = False) -> dict[str, Any]:
     schema: dict[str, Any] = dict(root) if isinstance(root, dict) else {}  # pyright: ignore[reportUnknownArgumentType]
-    if schema.get("type") not in (None, "object"):
+    kind = schema.get("type")
+    if kind not in (None, "object") and not (isinstance(kind, list) and "object" in kind):
         # Not an object: the provider would reject it; offer a free-form object instead.
         return {"type": "object", "properties": {}}
+    if gemini:
+        schema.pop("nullable", None)  # the arguments are always an object, never null
     for combinator in ("allOf", "anyOf", "oneOf"):
         branches = schema.pop(combinator, None)
         if isinstance(branches, list):
@@ -185,3 +215,47 @@ def _mapping(value: object) -> dict[str, Any] | None:
 
 def _list(value: object) -> list[Any] | None:
     return cast(list[Any], value) if isinstance(value, list) else None
+
+
+_MAX_REPAIRS = 50
+
+
+def _metaschema_repaired(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with every keyword that breaks JSON Schema 2020-12 dropped.
+
+    Anthropic rejects the whole request when one tool's schema is not valid 2020-12, so one odd
+    downstream tool would otherwise cost the run every tool. Checked with `jsonschema` (a
+    dependency of the MCP SDK); the repair is skipped if it is missing.
+    """
+    try:
+        from jsonschema import Draft202012Validator
+    except ImportError:  # pragma: no cover - installed with mcp
+        return schema
+    meta = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+    for _ in range(_MAX_REPAIRS):
+        errors: Iterator[Any] = meta.iter_errors(schema)  # pyright: ignore[reportUnknownMemberType]
+        error = next(errors, None)
+        if error is None:
+            return schema
+        path: list[str | int] = list(error.absolute_path)
+        while path and isinstance(path[-1], int):
+            path.pop()  # a bad list item: drop the whole keyword
+        if not path or not _delete_at(schema, path):
+            break
+    return {"type": "object", "properties": {}}
+
+
+def _delete_at(schema: dict[str, Any], path: list[str | int]) -> bool:
+    """Delete the key at `path`; False when the path does not lead to a key."""
+    container: object = schema
+    for step in path[:-1]:
+        if isinstance(container, dict) and step in container:
+            container = cast(dict[Any, Any], container)[step]
+        elif isinstance(container, list) and isinstance(step, int) and step < len(cast(list[Any], container)):
+            container = cast(list[Any], container)[step]
+        else:
+            return False
+    if isinstance(container, dict) and path[-1] in container:
+        del cast(dict[Any, Any], container)[path[-1]]
+        return True
+    return False

@@ -9,6 +9,7 @@ Local servers need no key; a key (ollama.com) is sent as a Bearer token.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, assert_never
 
@@ -154,7 +155,7 @@ def parse_response(data: Mapping[str, Any]) -> ModelResponse:
     """
     if not isinstance(data.get("message"), dict):
         raise ProviderHTTPError(f"ollama API error: the response has no message: {str(data)[:300]}")
-    raw = dict(as_object(data.get("message")))
+    raw = as_object(copy.deepcopy(data.get("message")))
     parts: list[AssistantPart] = []
     thinking = as_str(raw.get("thinking"))
     if thinking:
@@ -166,6 +167,9 @@ def parse_response(data: Mapping[str, Any]) -> ModelResponse:
         call = as_object(item)
         function = as_object(call.get("function"))
         arguments, problem = parse_arguments(function.get("arguments"))
+        if isinstance(call.get("function"), dict) and not isinstance(function.get("arguments"), dict):
+            # The server decodes historical arguments into a map: replay an object, never a string.
+            function["arguments"] = arguments or {}
         parts.append(ToolCallPart(as_str(call.get("id")), str(function.get("name") or ""), arguments, problem))
     usage = Usage(input_tokens=as_int(data.get("prompt_eval_count")), output_tokens=as_int(data.get("eval_count")))
     return ModelResponse(

@@ -192,6 +192,11 @@ def parse_response(data: Mapping[str, Any], *, provider_name: str = "openai") ->
             call["id"] = f"call_{i}"  # ids are required on the way back; patch the echoed copy too
         function = as_object(call.get("function"))
         arguments, problem = parse_arguments(function.get("arguments"))
+        if problem is not None or not isinstance(function.get("arguments"), str):
+            # Replay broken arguments as "{}": compatible servers (vLLM, llama.cpp, OpenRouter's
+            # non-OpenAI routes) parse history and would reject every later request of the run.
+            # The model still learns what was wrong from the error result.
+            function["arguments"] = "{}"
         parts.append(ToolCallPart(str(call["id"]), str(function.get("name") or ""), arguments, problem))
     return ModelResponse(
         message=AssistantMessage(tuple(parts), raw=message, raw_format="openai"),
