@@ -128,6 +128,6 @@ class MaxTurnsExceededError(AgentError):
         self.max_turns = max_turns
         self.result = result
         super().__init__(
-            f"stopped after {max_turns} turns: the model was still calling tools "
+            f"stopped after {max_turns} turn{'' if max_turns == 1 else 's'}: the model was still calling tools "
             "(raise --max-turns or [agent] max_turns to allow more)"
         )
