@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mcp
@@ -200,3 +202,70 @@ async def test_the_instructions_summarize_the_sandbox_and_the_servers(tmp_path: 
     assert "omega-mcp tool hub" in instructions
     assert "rwx" in instructions and str(tmp_path / "ws") in instructions
     assert "mcp__later__*" in instructions
+
+
+def test_a_workspace_that_is_a_file_exits_two_naming_the_flag(tmp_path: Path):
+    afile = tmp_path / "afile"
+    afile.write_text("keep me")
+    proc = _omega(tmp_path, "call", "bash", '{"command": "pwd"}', "--workspace", str(afile))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "--workspace" in proc.stderr and str(afile) in proc.stderr and "not a directory" in proc.stderr
+    assert afile.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("redirect", "args"),
+    [(">&-", ["tools", "--json"]), (">&-", ["call", "bash", '{"command": "true"}']), ("<&-", ["serve"])],
+)
+def test_a_closed_stdin_or_stdout_is_a_clear_error_not_a_traceback(tmp_path: Path, redirect: str, args: list[str]):
+    proc = subprocess.run(
+        ["bash", "-c", f'exec "$@" {redirect}', "_", sys.executable, "-m", "omega_mcp", *args],
+        capture_output=True,  # the redirect in the exec closes the fd again
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "closed" in proc.stderr
+
+
+def test_call_of_a_background_shell_warns_that_it_ends_with_the_call(tmp_path: Path):
+    proc = _omega(
+        tmp_path,
+        "call",
+        "bash",
+        '{"command": "sleep 30", "run_in_background": true}',
+        "--config",
+        str(_config(tmp_path)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "shell_1" in proc.stdout
+    assert "omega-mcp serve" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_during_call_stops_the_command_and_exits_128_plus_signal(tmp_path: Path, signum: int, code: int):
+    marker = tmp_path / "ws" / "started"
+    command = '{"command": "touch started; exec sleep 60"}'
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omega_mcp", "call", "bash", command, "--config", str(_config(tmp_path))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert "timed out" not in out and "Traceback" not in err

@@ -14,12 +14,14 @@ import os
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anyio
+from anyio.abc import TaskStatus
 
 from omega_mcp import __version__, spawn
 from omega_mcp.config import Config, load_config
@@ -119,6 +121,24 @@ def _policy(config: Config, args: argparse.Namespace) -> Any:
     return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
 
 
+def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace) -> None:
+    """Create the workspace, or raise a ConfigError naming where it was set (flag, file or default)."""
+    if getattr(args, "workspace", None):
+        where: dict[str, str | None] = {"key": "--workspace"}
+    elif config.sandbox.workspace is not None:
+        where = {"path": str(config.path) if config.path else None, "key": "sandbox.workspace"}
+    else:
+        where = {"key": "workspace (default: $OMEGA_HOME/workspace)"}
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{workspace} exists and is not a directory", **where) from None
+    except NotADirectoryError:
+        raise ConfigError(f"{workspace}: a component of its path is not a directory", **where) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the workspace {workspace}: {exc.strerror or exc}", **where) from None
+
+
 SERVE_STARTUP_WAIT_SECONDS = 10.0
 """How long the first tools/list of `serve` waits for slow downstream servers; the ones that
 arrive later are announced with notifications/tools/list_changed."""
@@ -136,12 +156,7 @@ async def _open_toolbox(config: Config, args: argparse.Namespace) -> AsyncGenera
     from omega_mcp.toolbox import Toolbox
 
     policy = _policy(config, args)
-    try:
-        policy.workspace.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot create the workspace {policy.workspace}: {exc.strerror}", key="sandbox.workspace"
-        ) from None
+    _ensure_workspace(policy.workspace, config, args)
     startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
     async with AsyncExitStack() as stack:
         downstreams = None
@@ -154,13 +169,46 @@ async def _open_toolbox(config: Config, args: argparse.Namespace) -> AsyncGenera
 # -- commands ------------------------------------------------------------------------------------
 
 
-async def _until_signalled(scope: anyio.CancelScope) -> None:
+_held_signals: list[int] = []
+"""SIGINT/SIGTERM that arrived while no receiver listened (startup, cleanup): noted, acted on later."""
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    _held_signals.append(signum)
+
+
+def _hold_signals() -> None:
+    """Note SIGINT/SIGTERM instead of dying of them: dying would orphan the downstream servers.
+
+    Installed before the first server is started, and again once a receiver is gone, so that a
+    signal during startup cancels the command as soon as it listens, and one during the (bounded)
+    cleanup cannot cut it short.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _note_signal)
+
+
+async def _until_signalled(
+    scope: anyio.CancelScope,
+    received: list[int] | None = None,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """Cancel `scope` on SIGINT/SIGTERM, so shutdown runs the normal (bounded) cleanup path."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
+    try:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            if _held_signals:
+                signum = _held_signals[0]  # it came while omega was starting
+            else:
+                signum = await anext(aiter(signals))
             logger.info("received %s, shutting down", signal.Signals(signum).name)
+            if received is not None:
+                received.append(signum)
             scope.cancel()
-            return
+    finally:
+        _hold_signals()
 
 
 async def _serve(config: Config, args: argparse.Namespace) -> int:
@@ -291,13 +339,22 @@ async def _call(config: Config, args: argparse.Namespace, out: TextIO) -> int:
         parts.append(json.dumps(result.structured_content, indent=2))
     text = "\n".join(parts)
     out.write(text + ("" if text.endswith("\n") or not text else "\n"))
+    if args.tool.lower() in ("bash_output", "kill_shell") or (
+        args.tool.lower() == "bash" and cast(dict[str, Any], arguments).get("run_in_background") is True
+    ):
+        # Each `call` is a fresh omega that exits after one tool call, taking its shells with it.
+        _say(
+            "omega-mcp: note: background shells live only as long as the omega that started them, and "
+            "`omega-mcp call` exits after one call; use `omega-mcp serve` (an MCP client) for background work"
+        )
     return EXIT_FAILURE if result.is_error else EXIT_OK
 
 
 def _import(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     from omega_mcp.importer import import_servers
 
-    target = config.path or config.home / "servers.toml"
+    named = Path(os.path.expanduser(args.config)).absolute() if args.config else None
+    target = named or config.path or config.home / "servers.toml"
     report = import_servers(Path(args.source).expanduser(), target, overwrite=args.overwrite, dry_run=args.dry_run)
     verb = "would add" if args.dry_run else "added"
     for old, new in report.renamed.items():
@@ -356,10 +413,23 @@ async def _agent(config: Config, args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _dispatch(config: Config, args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        return await _serve(config, args)
+    # A one-shot command stops on SIGINT/SIGTERM through the same bounded cleanup (its bash tree is
+    # killed) and exits 128 + the signal, printing no half result. Without this, KeyboardInterrupt
+    # lands at a random await and a cut-short bash call could be reported as a timeout.
+    received: list[int] = []
+    code = EXIT_FAILURE
+    async with anyio.create_task_group() as tg:
+        await tg.start(_until_signalled, tg.cancel_scope, received)
+        code = await _one_shot(config, args)
+        tg.cancel_scope.cancel()
+    return 128 + received[0] if received else code
+
+
+async def _one_shot(config: Config, args: argparse.Namespace) -> int:
     out = sys.stdout
     match args.command:
-        case "serve":
-            return await _serve(config, args)
         case "tools":
             return await _tools(config, args, out)
         case "call":
@@ -390,6 +460,27 @@ def _run(config: Config, args: argparse.Namespace) -> int:
         raise _unwrap(group) from None
 
 
+def _load(args: argparse.Namespace) -> Config:
+    if args.command == "import" and args.config and not os.path.lexists(os.path.expanduser(args.config)):
+        return Config()  # `import` creates the file it is pointed at
+    return load_config(args.config)
+
+
+def _say(line: str) -> None:
+    if sys.stderr is not None:  # a closed stderr: the exit code is all that is left
+        sys.stderr.write(line + "\n")
+
+
+def _check_std_streams(args: argparse.Namespace) -> None:
+    """Refuse to start without the standard streams the command needs (Python sets a closed one to None)."""
+    needed = [("stdout", sys.stdout)]
+    if args.command == "serve" and not args.http:
+        needed.append(("stdin", sys.stdin))
+    closed = [name for name, stream in needed if stream is None]
+    if closed:
+        raise _UsageError(f"{' and '.join(closed)} is closed; `omega-mcp {args.command}` needs it")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -397,8 +488,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The hub reports its startup and sandbox on stderr; one-shot commands stay quiet.
         args.log_level = "info" if args.command == "serve" else "warning"
     try:
+        _check_std_streams(args)
         _setup_logging(args.log_level)
-        config = load_config(args.config)
+        config = _load(args)
+        _hold_signals()  # from here on a signal must reach the cleanup that stops the servers
         if args.command != "claude-config":
             # Downstream servers start loading now, while omega itself is still importing the SDK.
             spawn.prespawn(config)
@@ -407,10 +500,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             spawn.discard_all()
     except (ConfigError, _UsageError) as exc:
-        sys.stderr.write(f"omega-mcp: error: {exc}\n")
+        _say(f"omega-mcp: error: {exc}")
         return EXIT_USAGE
     except OmegaError as exc:
-        sys.stderr.write(f"omega-mcp: {exc}\n")
+        _say(f"omega-mcp: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

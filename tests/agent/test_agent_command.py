@@ -257,7 +257,7 @@ async def test_the_calls_of_the_last_allowed_turn_are_shown_as_not_run(tmp_path)
     assert code == 1
     lines = err.splitlines()
     assert lines[:2] == ["again", '[tool] echo {"x": 1} (not run: turn limit reached)']
-    assert lines[-1].startswith("omega-mcp agent: stopped after 1 turns")
+    assert lines[-1].startswith("omega-mcp agent: stopped after 1 turn:")
 
 
 async def test_an_allow_tool_glob_that_matches_nothing_is_warned_about(tmp_path) -> None:
