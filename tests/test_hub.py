@@ -20,6 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from omega_mcp.hub import is_loopback, load_or_create_token
 
+_ECHO_SERVER = Path(__file__).parent / "fixtures" / "echo_server.py"
+
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 _SERVE = [sys.executable, "-m", "omega_mcp", "serve", "--http", "--mode", "rwx"]
 _PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
@@ -161,6 +163,60 @@ def test_omega_token_from_the_environment_is_used(tmp_path: Path):
 def test_sigterm_shuts_the_hub_down_gracefully(tmp_path: Path):
     proc, _ = _start(tmp_path)
     assert _stop(proc) == 0
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_progress_sent_just_before_the_result_reaches_the_client(tmp_path: Path, mode: str):
+    config = tmp_path / "servers.toml"
+    config.write_text(f'[servers.echo]\ncommand = "{sys.executable}"\nargs = ["{_ECHO_SERVER}"]\n')
+    proc, port = _start(tmp_path, "--config", str(config))
+    try:
+        async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+            for _ in range(3):  # the fixture answers right after its progress notification
+                received: list[tuple[float, float | None, str | None]] = []
+
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    received.append((progress, total, message))  # noqa: B023 - awaited within the iteration
+
+                result = await client.call_tool("mcp__echo__progress", {}, progress_callback=on_progress)
+                assert not result.is_error
+                assert received == [(1.0, 4.0, "quarter")]
+    finally:
+        assert _stop(proc) == 0
+
+
+async def test_sigterm_lets_a_call_in_flight_finish_and_closes_connected_clients_cleanly(tmp_path: Path):
+    proc, port = _start(tmp_path)
+    log = tmp_path / f"hub-{port}.log"
+    marker = tmp_path / "ws" / "started"
+    results: list[str] = []
+    try:
+        async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as idle:  # holds its GET stream
+            await idle.list_tools()
+            async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as busy:
+                await busy.list_tools()  # or the client re-lists after the call, on a connection the hub refuses
+
+                async def call() -> None:
+                    result = await busy.call_tool("bash", {"command": "touch started; sleep 1; echo finished"})
+                    results.append(result.content[0].text.strip())  # type: ignore[union-attr]
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    with anyio.fail_after(20):
+                        while not marker.exists():  # noqa: ASYNC110 - another process's file
+                            await anyio.sleep(0.02)
+                    proc.send_signal(signal.SIGTERM)
+                    await anyio.to_thread.run_sync(lambda: proc.wait(timeout=20))
+    except Exception:  # the clients may complain once the hub is gone: the hub's side is what is tested
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert results == ["finished"]
+    assert proc.returncode == 0
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text
 
 
 def test_loopback_detection():

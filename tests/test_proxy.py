@@ -111,6 +111,30 @@ async def test_arguments_are_checked_against_the_downstream_schema_before_forwar
     assert calls == []
 
 
+async def test_a_schema_that_cannot_be_checked_offline_is_left_to_the_downstream(
+    rwx_policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+):
+    import urllib.request
+
+    fetched: list[object] = []
+
+    def urlopen(request: object, *args: object, **kwargs: object) -> object:
+        fetched.append(request)
+        raise OSError("no network in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)  # what jsonschema retrieves remote refs with
+    remote = {"type": "object", "properties": {"a": {"$ref": "http://schemas.example/never-fetched.json"}}}
+    bad_pattern = {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}
+    tools = [
+        types.Tool(name="remote", input_schema=remote),
+        types.Tool(name="pattern", input_schema=bad_pattern),
+    ]
+    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", tools))) as (_, toolbox, _):
+        results = [await toolbox.call_tool(f"mcp__d__{t.name}", {"a": "x"}) for t in tools]
+    assert fetched == []  # a tool's schema never makes omega fetch a URL
+    assert [r.content[0].text for r in results] == ["remote:", "pattern:"]  # type: ignore[union-attr]
+
+
 async def test_aliases_reach_the_downstream_tool(rwx_policy: SandboxPolicy):
     async with hub(rwx_policy, DownstreamSpec("d", downstream("d"))) as (_, toolbox, _):
         for name in ("mcp__d__echo", "d.echo", "d__echo"):

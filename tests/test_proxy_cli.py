@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mcp
@@ -120,3 +122,41 @@ args = ["{ECHO_SERVER}", "--pid-file", "{pid_file}", "--spawn-child"]
     assert "mcp__echo__echo" in names
     assert result.structured_content == {"text": "through omega"}
     assert not [pid for pid in pids if alive(pid)]
+
+
+def test_sigterm_during_a_downstream_call_stops_the_server_and_its_children(tmp_path: Path):
+    pid_file, log = tmp_path / "echo.pid", tmp_path / "echo.log"
+    servers = f"""
+[servers.echo]
+command = "{sys.executable}"
+args = ["{ECHO_SERVER}", "--pid-file", "{pid_file}", "--spawn-child", "--log-file", "{log}"]
+"""
+    config = _config(tmp_path, servers)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omega_mcp", "call", "mcp__echo__sleep", '{"seconds": 60}', "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and '"tools/call"' in log.read_text()):
+            assert time.monotonic() < deadline, "the call never reached the server"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143
+    assert b"Traceback" not in stderr
+    pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
+    deadline = time.monotonic() + 10
+    while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

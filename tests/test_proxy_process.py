@@ -130,3 +130,22 @@ async def test_every_downstream_connects_in_parallel(rwx_policy: SandboxPolicy, 
     async with hub(rwx_policy, *specs) as (downstreams, toolbox, _):
         await toolbox.list_tools()
         assert [s.state for s in downstreams.statuses()] == ["connected"] * 4
+
+
+async def test_tools_no_client_could_use_are_skipped_and_the_rest_are_exported(
+    rwx_policy: SandboxPolicy, caplog: pytest.LogCaptureFixture
+):
+    spec = DownstreamSpec("odd", stdio_fixture("--bad-tools"))
+    async with hub(rwx_policy, spec, backoff_seconds=60) as (downstreams, toolbox, _):
+        tools = [t for t in await toolbox.list_tools() if t.name.startswith("mcp__odd__")]
+        echoed = await toolbox.call_tool("mcp__odd__echo", {"text": "still works"})
+        status = downstreams.statuses()[0]
+    names = [t.name for t in tools]
+    assert status.state == "connected"
+    assert names == [f"mcp__odd__{n}" for n in ("echo", "crash", "pid", "rich", "progress", "sleep")]
+    assert tools[0].description == "Echo the text back."  # a name listed twice: the first one wins
+    assert echoed.content[0].text == "still works"  # type: ignore[union-attr]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'broken'" in w and "inputSchema" in w for w in warnings)
+    assert any("'schemaless'" in w and "inputSchema" in w for w in warnings)
+    assert any("twice" in w and "'echo'" in w for w in warnings)

@@ -1,10 +1,12 @@
 """Remote downstream servers (`url = ...`): streamable HTTP, SSE, headers, unreachable hosts.
 
 The downstream is an SDK `Server` served by uvicorn on a free loopback port, with both the
-streamable HTTP endpoint (/mcp) and the older SSE endpoints (/sse + /messages/)."""
+streamable HTTP endpoint (/mcp) and the older SSE endpoints (/sse + /messages/), plus endpoints
+that are no MCP server at all (/private answers 401, /html a web page, /bogus an empty result)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.sse import SseServerTransport
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from omega_mcp.proxy import DownstreamSpec
@@ -50,8 +52,22 @@ async def remote() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
             await server.run(read, write, server.create_initialization_options())
         return Response()
 
+    async def private(request: Request) -> Response:
+        return JSONResponse({"error": "unauthorized"}, status_code=401)
+
+    async def html(request: Request) -> Response:
+        return HTMLResponse("<html>a web page</html>")
+
+    async def bogus(request: Request) -> Response:
+        return JSONResponse({"jsonrpc": "2.0", "id": 1, "result": {}})
+
+    odd = [Route(f"/{f.__name__}", endpoint=f, methods=["GET", "POST", "DELETE"]) for f in (private, html, bogus)]
     app = server.streamable_http_app(
-        custom_starlette_routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)]  # type: ignore[list-item]
+        custom_starlette_routes=[
+            Route("/sse", endpoint=handle_sse),
+            Mount("/messages/", app=sse.handle_post_message),  # type: ignore[list-item]
+            *odd,
+        ]
     )
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
     async with anyio.create_task_group() as tg:
@@ -94,3 +110,20 @@ async def test_an_unreachable_url_is_a_failed_server_with_the_reason(rwx_policy:
         status = downstreams.statuses()[0]
     assert status.state == "failed" and (status.reason or "").startswith("cannot reach http://127.0.0.1:9/mcp: ")
     assert result.is_error and "server gone is down" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_what_a_url_that_is_no_mcp_server_answers_is_the_one_line_reason(
+    rwx_policy: SandboxPolicy, remote: tuple[str, list[dict[str, str]]], caplog: pytest.LogCaptureFixture
+):
+    base, _ = remote
+    names = ("private", "html", "bogus")
+    specs = [DownstreamSpec(name, f"{base}/{name}", connect_timeout_seconds=10) for name in names]
+    async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, toolbox, _):
+        await toolbox.list_tools()
+        reasons = {s.server_name: s.reason or "" for s in downstreams.statuses()}
+    assert "HTTP 401" in reasons["private"]
+    assert "text/html" in reasons["html"]
+    assert "InitializeResult is invalid" in reasons["bogus"] and "`" in reasons["bogus"]
+    assert not [r for r in reasons.values() if "\n" in r]
+    tracebacks = [r for r in caplog.records if r.exc_info is not None and r.levelno >= logging.INFO]
+    assert tracebacks == []  # the SDK's transports would log each failed attempt with its traceback

@@ -135,3 +135,14 @@ async def test_list_changes_still_reach_a_client_after_the_first_client_left(rwx
                 await sessions[0].send_tool_list_changed()
                 await notes.next()
                 assert "mcp__d__two" in [t.name for t in (await second.list_tools()).tools]
+
+
+def test_the_syslog_levels_python_lacks_are_named_in_omegas_log():
+    import logging
+
+    from omega_mcp.mcp_logging import python_level
+
+    record = logging.LogRecord("omega_mcp.downstream.x", python_level("notice"), __file__, 1, "hello", None, None)
+    names = [logging.getLevelName(python_level(level)) for level in ("notice", "alert", "emergency")]
+    assert logging.Formatter("%(levelname)s %(message)s").format(record) == "NOTICE hello"
+    assert names == ["NOTICE", "ALERT", "EMERGENCY"]

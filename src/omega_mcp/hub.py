@@ -5,6 +5,9 @@ the SDK's session manager gives each client its own session and answers both pro
 Safe by default: binds 127.0.0.1, checks Host and Origin against DNS rebinding, limits request
 bodies, and requires a bearer token whenever the bind address is not loopback (`OMEGA_TOKEN`,
 or a token generated once into `$OMEGA_HOME/token`, mode 0600, which the tools cannot read).
+Shutdown, decided: stop accepting, let the requests in flight finish (bounded), then end every MCP
+session (so open SSE streams close by themselves) and only then close the connections: uvicorn's
+own order would wait on streams that never end and then cancel them mid-response.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ __all__ = ["BearerTokenMiddleware", "build_http_app", "is_loopback", "load_or_cr
 logger = logging.getLogger(__name__)
 
 MAX_REQUEST_BODY_BYTES = 4 * 1024 * 1024
+GRACE_SECONDS = 5.0
+"""How long requests in flight get to finish on shutdown."""
+_CLOSE_SECONDS = 3.0
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -98,6 +104,52 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
+class _InFlight:
+    """Counts the MCP requests being answered (POSTs; a GET stream is no request in flight)."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        """Set on shutdown: new requests on open connections are refused (the sessions are ending)."""
+        self.count = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    def started(self) -> None:
+        if not self.count:
+            self._idle = anyio.Event()
+        self.count += 1
+
+    def finished(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._idle.set()
+
+
+class _CountRequests:
+    """ASGI middleware feeding `_InFlight`, and refusing requests once the hub shuts down."""
+
+    def __init__(self, app: ASGIApp, in_flight: _InFlight) -> None:
+        self.app = app
+        self._in_flight = in_flight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._in_flight.closing:
+            body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": "omega is shutting down"}}
+            await JSONResponse(body, status_code=503, headers={"Connection": "close"})(scope, receive, send)
+            return
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        self._in_flight.started()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight.finished()
+
+
 def _security(host: str, port: int) -> TransportSecuritySettings:
     hosts = [f"{name}:{port}" for name in _LOOPBACK_NAMES] + [f"{name}:*" for name in _LOOPBACK_NAMES]
     origins = [f"http://{name}:*" for name in _LOOPBACK_NAMES] + [f"https://{name}:*" for name in _LOOPBACK_NAMES]
@@ -123,7 +175,28 @@ def build_http_app(server: OmegaServer, *, host: str, port: int, token: str | No
     )
     if token is not None:
         app.add_middleware(BearerTokenMiddleware, token=token)
+    in_flight = _InFlight()
+    app.add_middleware(_CountRequests, in_flight=in_flight)
+    app.state.in_flight = in_flight
     return app
+
+
+async def _shut_down(http: uvicorn.Server, in_flight: _InFlight) -> None:
+    """Stop accepting, let requests in flight finish, end the MCP sessions, close the connections."""
+    in_flight.closing = True
+    http.should_exit = True
+    if not http.started:
+        return
+    for listener in http.servers:
+        listener.close()
+    if in_flight.count:
+        logger.info("waiting up to %g s for %d request(s) in flight", GRACE_SECONDS, in_flight.count)
+    with anyio.move_on_after(GRACE_SECONDS):
+        await in_flight.wait_idle()
+    with anyio.move_on_after(_CLOSE_SECONDS):
+        # The lifespan's end stops the SDK's session manager: every session ends, its streams close.
+        await http.lifespan.shutdown()
+    await http.shutdown()  # the connections are idle now; the lifespan is already done
 
 
 class _Uvicorn(uvicorn.Server):
@@ -149,7 +222,13 @@ async def serve_http(server: OmegaServer, *, host: str, port: int, token_file: P
         token = load_or_create_token(token_file)
     app = build_http_app(server, host=host, port=port, token=token)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=5, access_log=False
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=int(_CLOSE_SECONDS),
+        access_log=False,
     )
     http = _Uvicorn(config)
     logger.info(
@@ -164,9 +243,8 @@ async def serve_http(server: OmegaServer, *, host: str, port: int, token_file: P
         # uvicorn exits the process when it cannot bind; make that a clean usage error instead.
         raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port") from None
     except anyio.get_cancelled_exc_class():
-        with anyio.CancelScope(shield=True), anyio.move_on_after(config.timeout_graceful_shutdown or 5):
-            http.should_exit = True
-            await http.shutdown()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE_SECONDS + 2 * _CLOSE_SECONDS):
+            await _shut_down(http, app.state.in_flight)
         raise
     if not http.started:
         raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port")

@@ -30,6 +30,9 @@ _PYTHON_LEVELS: dict[types.LoggingLevel, int] = {
     "alert": logging.CRITICAL + 5,
     "emergency": logging.CRITICAL + 10,
 }
+for _name in ("notice", "alert", "emergency"):
+    # stderr shows a downstream's notice as NOTICE, not as "Level 25".
+    logging.addLevelName(_PYTHON_LEVELS[_name], _name.upper())
 _QUEUE = 256
 _SEND_SECONDS = 2.0
 

@@ -209,6 +209,10 @@ class Downstreams:
             if exc.code == types.CONNECTION_CLOSED:
                 return self._with_exit(session, "the connection closed during the handshake")
             return self._with_exit(session, f"handshake failed: {exc.message}")
+        if isinstance(exc, ValidationError):  # an answer that is no MCP
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or exc.title
+            return self._with_exit(session, f"the server's {exc.title} is invalid: `{where}`: {problem['msg']}")
         if isinstance(session.spec.target, str):
             return f"cannot reach {session.spec.target}: {type(exc).__name__}: {exc}"
         return self._with_exit(session, f"{type(exc).__name__}: {exc}")

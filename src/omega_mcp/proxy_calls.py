@@ -4,7 +4,10 @@ The downstream's result comes back as wire JSON and is handed on untouched (the 
 nothing it does not have to; only a result without a `content` list is checked against the SDK
 model). Every failure is an isError result a model can act on: a timeout (the request was
 cancelled downstream), a server that went away, a JSON-RPC error the server answered with, or a
-transport failure. The same sentences are used by the relay (relay.py).
+transport failure. The same sentences are used by the relay (relay.py). The SDK hands each
+progress notification to its callback in a task of its own, so the result can overtake the last
+one; a call waits (bounded) for the progress it forwards before handing its result on, or an HTTP
+client whose response stream closes with the result would never see that progress.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -22,6 +27,33 @@ from omega_mcp.proxy_session import DownstreamSession
 __all__ = ["error", "forward_call", "refused", "timed_out", "went_away"]
 
 _RESERVED_META = "io.modelcontextprotocol/"
+_PROGRESS_DRAIN_SECONDS = 2.0
+
+
+class _Progress:
+    """Forwards progress and knows when none is still on its way upstream."""
+
+    def __init__(self, forward: ProgressFnT) -> None:
+        self._forward = forward
+        self._busy = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if not self._busy:
+            self._idle = anyio.Event()
+        self._busy += 1
+        try:
+            await self._forward(progress, total, message)
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        await anyio.lowlevel.checkpoint()  # a forward spawned just before the result starts first
+        with anyio.move_on_after(_PROGRESS_DRAIN_SECONDS):
+            await self._idle.wait()
 
 
 def error(message: str) -> dict[str, Any]:
@@ -74,8 +106,9 @@ async def forward_call(
         forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_RESERVED_META)}
         if forwarded:
             params["_meta"] = forwarded
+    tracked = _Progress(progress) if progress is not None else None
     try:
-        result = await session.request("tools/call", params, timeout_seconds=timeout, progress=progress)
+        result = await session.request("tools/call", params, timeout_seconds=timeout, progress=tracked)
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
             return error(timed_out(server_name, tool_name, timeout))
@@ -86,6 +119,8 @@ async def forward_call(
     except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
         session.lose(f"{type(exc).__name__}: {exc}")
         return error(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
+    if tracked is not None:
+        await tracked.drain()
     if not isinstance(result.get("content"), list):
         return _checked(server_name, tool_name, result)
     return result

@@ -41,7 +41,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from omega_mcp import __version__
 from omega_mcp.mcp_logging import python_level
 from omega_mcp.pipes import MessageReadStream, PipeReader, PipeWriter
-from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target
+from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target, usable_tools
 from omega_mcp.proxy_stdio import StdioTransport
 from omega_mcp.spawn import INIT_ID
 
@@ -49,6 +49,21 @@ __all__ = ["DownstreamSession"]
 
 logger = logging.getLogger(__name__)
 
+
+class _Demote(logging.Filter):
+    """Turns the SDK client transports' own log records into debug records.
+
+    They log every failed connection attempt as an error with its traceback; omega reports the
+    reason itself, once, in one line ("server X is down: ..."), and retries.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+for _name in ("mcp.client.sse", "mcp.client.streamable_http"):
+    logging.getLogger(_name).addFilter(_Demote())
 
 _CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
 _PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
@@ -138,9 +153,17 @@ class DownstreamSession:
         """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`)."""
         headers = dict(self.spec.headers)
 
+        refused: list[str] = []
+
+        async def note_refusal(response: httpx2.Response) -> None:
+            if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
+                refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
+
         def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
             # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
-            client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+            client = httpx2.AsyncClient(
+                headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), event_hooks={"response": [note_refusal]}
+            )
             stack.push_async_callback(client.aclose)
             return streamable_http_client(url, http_client=client)
 
@@ -158,6 +181,8 @@ class DownstreamSession:
                 logger.debug("[%s] %s transport failed: %r", self.spec.server_name, make.__name__, exc)
                 first_error = first_error or exc
         assert first_error is not None
+        if refused:
+            raise MCPError(types.INTERNAL_ERROR, refused[0]) from first_error
         raise first_error
 
     async def _connect(self, stack: AsyncExitStack, transport: AbstractAsyncContextManager[Streams]) -> None:
@@ -284,8 +309,27 @@ class DownstreamSession:
         return found
 
     async def list_tools(self) -> tuple[types.Tool, ...]:
-        """Every tool the spec's globs let through, in the server's order."""
-        tools: list[types.Tool] = await self._paginate(lambda p: self.session.list_tools(params=p), "tools")
+        """Every usable tool the spec's globs let through, in the server's order.
+
+        Read as raw JSON, one tool at a time: one broken tool definition must not cost the others.
+
+        Raises:
+            MCPError: the server refused the listing, or did not answer within its `timeout`.
+            ValueError: the answer carries no `tools` list.
+        """
+        tools: list[types.Tool] = []
+        seen: set[str] = set()
+        cursor: object = None
+        for _ in range(_PAGE_LIMIT):
+            params = {"cursor": cursor} if isinstance(cursor, str) and cursor else None
+            page = await self.request("tools/list", params, timeout_seconds=self.spec.timeout_seconds)
+            raw = page.get("tools")
+            if not isinstance(raw, list):
+                raise ValueError("its tools/list answer has no `tools` list")
+            tools += usable_tools(self.spec.server_name, cast(list[object], raw), seen)
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                break
         return tuple(t for t in tools if self.spec.exports(t.name))
 
     async def _optional(self, kind: str, fetch: Callable[[], Awaitable[Sequence[_T]]]) -> tuple[_T, ...]:
@@ -329,7 +373,7 @@ class DownstreamSession:
     async def request(
         self,
         method: str,
-        params: dict[str, Any],
+        params: dict[str, Any] | None,
         *,
         timeout_seconds: float,
         progress: ProgressFnT | None = None,

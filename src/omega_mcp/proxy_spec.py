@@ -4,25 +4,34 @@
 (`StdioServerParameters`, env merged over the SDK's safe defaults when started) or a URL; tests
 pass an in-process `Server` or a transport factory instead. `tools` are allow globs and
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
+`usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
+invalid or missing `inputSchema`, an empty name, a name listed twice) is skipped with a warning
+instead of taking the whole server down.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.lowlevel import Server
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
+from mcp_types.methods import validate_server_result
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from omega_mcp.config import ServerConfig
 
-__all__ = ["Catalog", "DownstreamSpec", "Streams", "Target"]
+__all__ = ["Catalog", "DownstreamSpec", "Streams", "Target", "usable_tools"]
+
+logger = logging.getLogger(__name__)
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 Target = Server[Any] | StdioServerParameters | str | Callable[[], AbstractAsyncContextManager[Streams]]
@@ -82,3 +91,63 @@ class Catalog:
     prompts: tuple[types.Prompt, ...] = ()
     resources: tuple[types.Resource, ...] = ()
     resource_templates: tuple[types.ResourceTemplate, ...] = ()
+
+
+_warned: set[tuple[str, str]] = set()
+# Results are checked against each version's schema when omega sends them upstream: a tool that
+# fails any of them would fail the whole tools/list of a client speaking that version.
+_SURFACES: tuple[tuple[str, dict[str, Any]], ...] = (
+    *((v, {}) for v in HANDSHAKE_PROTOCOL_VERSIONS),
+    *((v, {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}) for v in MODERN_PROTOCOL_VERSIONS),
+)
+
+
+def _skip(server_name: str, message: str) -> None:
+    # Warned once per server and problem: a re-list after every list_changed must not flood the log.
+    key = (server_name, message)
+    logger.log(logging.DEBUG if key in _warned else logging.WARNING, "server %s: %s", server_name, message)
+    _warned.add(key)
+
+
+def _problem(item: object) -> str | None:
+    """Why a raw tool cannot be re-exported (it must fit every protocol version omega may serve), or None."""
+    for version, stub in _SURFACES:
+        try:
+            validate_server_result("tools/list", version, {**stub, "tools": [item]})
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"][2:]) or "the tool"  # past `tools.0.`
+            return f"`{where}`: {problem['msg']}"
+        except (KeyError, ValueError):
+            continue  # a protocol version this SDK has no tools/list surface for
+    return None
+
+
+def _parse(item: object) -> types.Tool | str:
+    """A raw tool as a model, or why it cannot be re-exported."""
+    problem = _problem(item)
+    if problem is not None:
+        return problem
+    try:
+        return types.Tool.model_validate(item, by_name=False)
+    except ValidationError as exc:
+        return str(exc.errors()[0]["msg"])
+
+
+def usable_tools(server_name: str, raw: list[object], seen: set[str]) -> list[types.Tool]:
+    """The tools of one raw `tools/list` page that a client can use; `seen` collects the names so far."""
+    tools: list[types.Tool] = []
+    for item in raw:
+        tool = _parse(item)
+        name = cast(dict[str, object], item).get("name") if isinstance(item, dict) else None
+        label = repr(name) if isinstance(name, str) else "without a name"
+        if isinstance(tool, str):
+            _skip(server_name, f"skipping tool {label}: {tool}")
+        elif not tool.name:
+            _skip(server_name, "skipping a tool with an empty name")
+        elif tool.name in seen:
+            _skip(server_name, f"lists tool {label} twice; only the first is exported")
+        else:
+            seen.add(tool.name)
+            tools.append(tool)
+    return tools

@@ -5,7 +5,9 @@ message written), which is most of what a proxy hop costs. Here the pipes are no
 descriptors read and written by `pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
 the wire moves to private descriptors while serving: fd 0 reads /dev/null and fd 1 goes to
 stderr, so a stray `print` or a child process cannot corrupt the protocol; both are restored on
-exit. When stdin/stdout are not pollable (a regular file), the SDK's transport is used instead.
+exit. Regular files work too (they never block, so they are never polled). Only for anything else
+is the SDK's transport used: its reader thread cannot be cancelled, so omega could not stop on a
+signal while such a stdin stays open.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ __all__ = ["stdio_streams"]
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 
 
-def _pollable(fd: int) -> bool:
+def _usable(fd: int) -> bool:
+    """Whether the pipe streams can serve this descriptor (pollable, or a regular file)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISREG(mode)
 
 
 def _claim(fd: int, divert_to: int) -> int:
@@ -46,7 +49,7 @@ def _claim(fd: int, divert_to: int) -> int:
 @asynccontextmanager
 async def stdio_streams() -> AsyncGenerator[Streams]:
     """`(read_stream, write_stream)` over this process's stdin and stdout."""
-    if not (_pollable(0) and _pollable(1)):
+    if not (_usable(0) and _usable(1)):
         async with stdio_server() as streams:
             yield streams
         return

@@ -23,6 +23,8 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, ValidationError
+from referencing import Registry
+from referencing.exceptions import NoSuchResource
 
 from omega_mcp.builtin import bash as _bash
 from omega_mcp.builtin import files as _files
@@ -120,6 +122,15 @@ def _wire(result: types.CallToolResult) -> dict[str, Any]:
 
 def _identity(result: types.CallToolResult) -> types.CallToolResult:
     return result
+
+
+def _no_retrieval(uri: str) -> Any:
+    # jsonschema would otherwise fetch a remote `$ref` with a blocking urlopen: a downstream's
+    # schema must never make omega reach out to a URL (nor stall the event loop doing so).
+    raise NoSuchResource(ref=uri)
+
+
+_OFFLINE = Registry(retrieve=_no_retrieval)
 
 
 def _field_path(path: Sequence[Any]) -> str:
@@ -343,7 +354,7 @@ class Toolbox:
         validator: Draft202012Validator | None
         try:
             Draft202012Validator.check_schema(schema)
-            validator = Draft202012Validator(schema)
+            validator = Draft202012Validator(schema, registry=_OFFLINE)
         except SchemaError:
             # A downstream with a broken schema still gets its calls: the server validates for itself.
             logger.warning(
@@ -366,7 +377,16 @@ class Toolbox:
         validator = self._validator(route, tool.input_schema)
         if validator is None:
             return
-        error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
+        try:
+            error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
+        except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself
+            logger.warning(
+                "cannot check arguments of tool %s of %s against its inputSchema (%s); forwarding unchecked",
+                route.tool_name,
+                route.server_name,
+                exc,
+            )
+            return
         if error is not None:
             exported = self.namespace().name_of(route)
             raise InvalidArgumentsError(

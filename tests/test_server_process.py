@@ -1,0 +1,99 @@
+"""`omega-mcp serve` over stdio as a real subprocess: signals at any moment, and stdio that is not a pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
+from proxy_support import ECHO_SERVER, alive, read_pid
+
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+def _serve(tmp_path: Path, stdout: Any, stderr: Any, servers: str = "") -> subprocess.Popen[bytes]:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    config = tmp_path / "servers.toml"
+    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{servers}')
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
+    env.pop("OMEGA_CONFIG", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "omega_mcp", "serve", "--config", str(config)],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=stderr,
+    )
+
+
+def _poll(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def _stopped(proc: subprocess.Popen[bytes], seconds: float = 15.0) -> int:
+    try:
+        return proc.wait(timeout=seconds)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()
+
+
+def _left_behind(pids: list[int]) -> list[int]:
+    """The pids still alive after a bounded wait (killed, so a failure leaves nothing running)."""
+    deadline = time.monotonic() + 10
+    while (left := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def test_sigterm_stops_serve_even_when_stdout_is_a_regular_file(tmp_path: Path):
+    out = tmp_path / "out.jsonl"
+    with out.open("wb") as stdout:
+        proc = _serve(tmp_path, stdout, subprocess.DEVNULL)
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(_INITIALIZE) + "\n").encode())
+    proc.stdin.flush()
+    _poll(lambda: b'"id":1' in out.read_bytes())
+    proc.send_signal(signal.SIGTERM)  # stdin stays open: nothing but the signal asks omega to stop
+    assert _stopped(proc) == 0
+    assert json.loads(out.read_bytes().splitlines()[0])["result"]["serverInfo"]["name"] == "omega"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_omega_is_still_starting_leaves_no_downstream_process(tmp_path: Path, signum: int):
+    pid_file = tmp_path / "echo.pid"
+    args = f'["{ECHO_SERVER}", "--pid-file", "{pid_file}", "--spawn-child"]'
+    servers = f'[servers.echo]\ncommand = "{sys.executable}"\nargs = {args}\n'
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        proc = _serve(tmp_path, subprocess.DEVNULL, stderr, servers)
+    # The server is started before omega has even imported the MCP SDK: signal omega right then.
+    _poll(lambda: Path(f"{pid_file}.child").exists())
+    proc.send_signal(signum)
+    _stopped(proc)
+    assert _left_behind([read_pid(pid_file), read_pid(f"{pid_file}.child")]) == []
+    assert "Traceback" not in log.read_text()
