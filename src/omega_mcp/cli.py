@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -103,6 +104,11 @@ def _setup_logging(level_name: str) -> None:
     level = logging.getLevelNamesMapping().get(level_name.upper())
     if level is None:
         raise _UsageError(f"--log-level: unknown level {level_name!r} (use debug, info, warning or error)")
+    reconfigure = getattr(sys.stderr, "reconfigure", None)
+    if callable(reconfigure):
+        # A log line quoting a downstream's unicode must not become a logging traceback on a
+        # latin-1 or ASCII terminal.
+        reconfigure(errors="backslashreplace")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("omega-mcp %(levelname)s %(name)s: %(message)s"))
     # The handler's own level keeps stderr at the chosen level even when an MCP client asks for
@@ -259,7 +265,7 @@ def _server_line(status: ServerStatus) -> str:
         return f"{status.server_name}: connected ({len(status.tools)} tools)"
     if status.state == "disabled":
         return f"{status.server_name}: disabled"
-    retry = f"; retrying in {status.retry_in_seconds:.0f} s" if status.retry_in_seconds is not None else ""
+    retry = f"; retrying in {math.ceil(status.retry_in_seconds)} s" if status.retry_in_seconds is not None else ""
     return f"{status.server_name}: {status.state}: {status.reason or 'not connected'}{retry}"
 
 
