@@ -26,7 +26,7 @@ from anyio.abc import TaskStatus
 
 from omega_mcp import __version__, spawn
 from omega_mcp.config import Config, load_config
-from omega_mcp.errors import ConfigError, OmegaError
+from omega_mcp.errors import ConfigError, OmegaError, first_leaf
 
 if TYPE_CHECKING:
     from omega_mcp.proxy import ServerStatus
@@ -448,22 +448,11 @@ async def _one_shot(config: Config, args: argparse.Namespace) -> int:
             return _claude_config(config, args, out)
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """The first leaf of an exception group (task groups wrap what their bodies raise)."""
-    while True:
-        if not isinstance(exc, BaseExceptionGroup):
-            return exc
-        inner: tuple[BaseException, ...] = cast(BaseExceptionGroup[BaseException], exc).exceptions
-        if not inner:
-            return cast(BaseException, exc)
-        exc = inner[0]
-
-
 def _run(config: Config, args: argparse.Namespace) -> int:
     try:
         return anyio.run(_dispatch, config, args)
     except BaseExceptionGroup as group:
-        raise _unwrap(group) from None
+        raise first_leaf(group) from None
 
 
 def _load(args: argparse.Namespace) -> Config:

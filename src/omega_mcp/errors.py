@@ -22,6 +22,7 @@ boundary, never raised through the MCP server.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 __all__ = [
     "AgentError",
@@ -37,6 +38,7 @@ __all__ = [
     "SandboxUnavailableError",
     "ToolError",
     "UnknownToolError",
+    "first_leaf",
 ]
 
 
@@ -131,3 +133,14 @@ class MaxTurnsExceededError(AgentError):
             f"stopped after {max_turns} turn{'' if max_turns == 1 else 's'}: the model was still calling tools "
             "(raise --max-turns or [agent] max_turns to allow more)"
         )
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups: anyio task groups wrap what they raise."""
+    while True:
+        if not isinstance(exc, BaseExceptionGroup):
+            return exc
+        inner: tuple[BaseException, ...] = cast(BaseExceptionGroup[BaseException], exc).exceptions
+        if not inner:
+            return cast(BaseException, exc)
+        exc = inner[0]

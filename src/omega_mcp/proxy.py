@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from omega_mcp.config import Config
+from omega_mcp.errors import first_leaf
 from omega_mcp.names import normalize
 from omega_mcp.proxy_calls import error, forward_call
 from omega_mcp.proxy_catalog import Exports
@@ -67,17 +68,6 @@ class _Entry:
     catalog: Catalog = field(default_factory=Catalog)
     tools_by_name: Mapping[str, types.Tool] | None = None
     settled: bool = False
-
-
-def _children(exc: BaseException) -> tuple[BaseException, ...]:
-    group: object = exc
-    return getattr(group, "exceptions", ()) if isinstance(exc, BaseExceptionGroup) else ()
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    """The first real error inside (nested) exception groups: task groups wrap what they raise."""
-    children = _children(exc)
-    return _first_leaf(children[0]) if children else exc
 
 
 class Downstreams:
@@ -169,7 +159,7 @@ class Downstreams:
                     finally:
                         self._unpublish(entry, session)
             except Exception as exc:  # any failure of one server is that server's state, not ours
-                return connected_at, self._failure(session, _first_leaf(exc))
+                return connected_at, self._failure(session, first_leaf(exc))
         if connect_scope.cancelled_caught:
             return None, self._with_exit(
                 session, f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)"

@@ -20,13 +20,13 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import anyio
 import httpx2
 
 from omega_mcp.agent._json import as_object
-from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError
+from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError, first_leaf
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy", "error_text"]
 
@@ -143,7 +143,7 @@ class HttpJson:
         except httpx2.HTTPError as exc:
             return _Failure(self._error(f"request to {url} failed: {_describe_exception(exc)}"), True)
         except Exception as exc:  # a client or socket-layer bug must still read as a provider failure
-            raise self._error(f"request to {url} failed: {_describe_exception(_first_leaf(exc))}") from None
+            raise self._error(f"request to {url} failed: {_describe_exception(first_leaf(exc))}") from None
         data, failure = self._check(response)
         return data if failure is None else failure
 
@@ -249,17 +249,6 @@ def _body_retry_delay(body: object) -> float | None:
             if match:
                 return float(match.group(1))
     return None
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    """The first non-group exception inside `exc` (anyio task groups wrap socket errors)."""
-    while True:
-        if not isinstance(exc, BaseExceptionGroup):
-            return exc
-        inner: tuple[BaseException, ...] = cast(BaseExceptionGroup[BaseException], exc).exceptions
-        if not inner:
-            return cast(BaseException, exc)
-        exc = inner[0]
 
 
 def _describe_exception(exc: BaseException) -> str:
