@@ -260,10 +260,6 @@ class OmegaServer(Server[Any]):
                 except Exception as exc:  # boundary: a gone client must not break the others
                     logger.debug("%s/list_changed not delivered: %s", kind, exc)
 
-    async def notify_tools_changed(self) -> None:
-        """Tell every live client that the tool list changed (best effort, bounded)."""
-        await self._notify("tools")
-
     async def follow_changes(self) -> None:
         """Forward every change of the downstream lists to the clients, until cancelled."""
         catalog = self.catalog
