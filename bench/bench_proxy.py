@@ -159,7 +159,7 @@ async def _cold_start(config: Path, home: Path, expect: int) -> float:
 
 async def _cold_start_in_process(specs: list[Any]) -> float:
     """Seconds for `Downstreams` to connect every server (no interpreter start, no SDK import)."""
-    from omega_mcp.proxy import Downstreams
+    from omega_mcp.proxy.supervisor import Downstreams
 
     start = time.perf_counter()
     async with Downstreams(specs) as downstreams:
@@ -170,7 +170,7 @@ async def _cold_start_in_process(specs: list[Any]) -> float:
 
 
 async def run(calls: int) -> dict[str, Any]:
-    from omega_mcp.proxy import DownstreamSpec
+    from omega_mcp.proxy.supervisor import DownstreamSpec
 
     work = Path(tempfile.mkdtemp(prefix="omega-bench-"))
     home = work / "home"

@@ -16,9 +16,9 @@ from mcp.client._memory import InMemoryTransport
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.lowlevel import Server
 
-from omega_mcp.proxy import Downstreams, DownstreamSpec
+from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.server import OmegaServer, build_server
+from omega_mcp.server.server import OmegaServer, build_server
 from omega_mcp.toolbox import Toolbox
 
 FIXTURES = Path(__file__).parent / "fixtures"

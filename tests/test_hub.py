@@ -18,7 +18,7 @@ import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
-from omega_mcp.hub import is_loopback, load_or_create_token
+from omega_mcp.server.http import is_loopback, load_or_create_token
 
 _ECHO_SERVER = Path(__file__).parent / "fixtures" / "echo_server.py"
 

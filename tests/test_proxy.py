@@ -13,7 +13,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.proxy import DownstreamSpec
+from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from omega_mcp.config import load_config
-from omega_mcp.proxy import Downstreams, DownstreamSpec
+from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
 

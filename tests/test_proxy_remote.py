@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from omega_mcp.proxy import DownstreamSpec
+from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)

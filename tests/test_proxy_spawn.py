@@ -12,9 +12,9 @@ import pytest
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, get_default_environment
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from omega_mcp import spawn
 from omega_mcp.config import load_config
-from omega_mcp.proxy import Downstreams
+from omega_mcp.proxy import spawn
+from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
 

@@ -8,7 +8,7 @@ import mcp
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.server import build_server
+from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
 
 BUILTIN_ORDER = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]

@@ -13,7 +13,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.proxy import DownstreamSpec
+from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -140,7 +140,7 @@ async def test_list_changes_still_reach_a_client_after_the_first_client_left(rwx
 def test_the_syslog_levels_python_lacks_are_named_in_omegas_log():
     import logging
 
-    from omega_mcp.mcp_logging import python_level
+    from omega_mcp.server.logs import python_level
 
     record = logging.LogRecord("omega_mcp.downstream.x", python_level("notice"), __file__, 1, "hello", None, None)
     names = [logging.getLevelName(python_level(level)) for level in ("notice", "alert", "emergency")]

@@ -34,7 +34,7 @@ _LAZY = {
     "UnknownToolError": "omega_mcp.errors",
     "SandboxPolicy": "omega_mcp.sandbox.policy",
     "Toolbox": "omega_mcp.toolbox",
-    "build_server": "omega_mcp.server",
+    "build_server": "omega_mcp.server.server",
     "run_agent": "omega_mcp.agent.loop",
 }
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from omega_mcp.config import Config, load_config
     from omega_mcp.errors import ConfigError, OmegaError, ToolError, UnknownToolError
     from omega_mcp.sandbox.policy import SandboxPolicy
-    from omega_mcp.server import build_server
+    from omega_mcp.server.server import build_server
     from omega_mcp.toolbox import Toolbox
 
 

@@ -1,5 +1,5 @@
 """`python -m omega_mcp` is the `omega-mcp` command."""
 
-from omega_mcp.cli import main
+from omega_mcp.cli.main import main
 
 raise SystemExit(main())

@@ -6,8 +6,8 @@ import base64
 
 from mcp import types
 
-from omega_mcp.agent.messages import ImagePart, TextPart, ToolResult
 from omega_mcp.agent.tools import ToolCatalog, result_parts
+from omega_mcp.messages import ImagePart, TextPart, ToolResult
 
 
 def test_text_blocks_are_kept_and_images_stay_images() -> None:

@@ -13,7 +13,8 @@ import pytest
 from mcp import types
 
 from omega_mcp.agent.loop import TextEvent, ToolCallEvent, ToolResultEvent, run_agent
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import MaxTurnsExceededError, ProviderHTTPError, ToolError, UnknownToolError
+from omega_mcp.messages import (
     AssistantMessage,
     ImagePart,
     TextPart,
@@ -22,7 +23,6 @@ from omega_mcp.agent.messages import (
     Usage,
     UserMessage,
 )
-from omega_mcp.errors import MaxTurnsExceededError, ProviderHTTPError, ToolError, UnknownToolError
 from omega_mcp.providers.openai import OpenAIProvider
 from omega_mcp.providers.scripted import ScriptedProvider, ScriptedRequest, call, reply, turns
 

@@ -8,7 +8,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.messages import (
     AssistantMessage,
     TextPart,
     ThinkingPart,
@@ -18,7 +19,6 @@ from omega_mcp.agent.messages import (
     ToolSpec,
     UserMessage,
 )
-from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.providers import RetryPolicy
 from omega_mcp.providers.gemini import GeminiProvider
 

@@ -7,7 +7,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -16,7 +17,6 @@ from omega_mcp.agent.messages import (
     ToolSpec,
     UserMessage,
 )
-from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.providers import RetryPolicy
 from omega_mcp.providers.ollama import OllamaProvider
 

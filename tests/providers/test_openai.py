@@ -8,7 +8,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import ProviderAuthError, ProviderHTTPError
+from omega_mcp.messages import (
     AssistantMessage,
     ImagePart,
     TextPart,
@@ -19,7 +20,6 @@ from omega_mcp.agent.messages import (
     ToolSpec,
     UserMessage,
 )
-from omega_mcp.errors import ProviderAuthError, ProviderHTTPError
 from omega_mcp.providers import RetryPolicy
 from omega_mcp.providers.openai import OpenAIProvider
 

@@ -23,7 +23,7 @@ from mcp.client.session import ClientRequestContext
 from omega_mcp.sandbox import approvals, paths
 from omega_mcp.sandbox.approvals import Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.server import build_server
+from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
 
 Answer = Literal["accept", "decline", "cancel"]

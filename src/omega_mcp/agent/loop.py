@@ -18,7 +18,9 @@ from typing import Any, Protocol
 import anyio
 from mcp import types
 
-from omega_mcp.agent.messages import (
+from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped, result_parts
+from omega_mcp.errors import MaxTurnsExceededError, ProviderError, ToolError
+from omega_mcp.messages import (
     AssistantMessage,
     Message,
     TextPart,
@@ -30,8 +32,6 @@ from omega_mcp.agent.messages import (
     UserMessage,
     message_to_json,
 )
-from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped, result_parts
-from omega_mcp.errors import MaxTurnsExceededError, ProviderError, ToolError
 from omega_mcp.providers import Provider
 
 __all__ = [

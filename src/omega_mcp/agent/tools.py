@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from mcp import types
 
-from omega_mcp.agent.messages import ImagePart, ResultPart, TextPart, ToolSpec, decoded_size
+from omega_mcp.messages import ImagePart, ResultPart, TextPart, ToolSpec, decoded_size
 from omega_mcp.names import fit_name, normalize
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "ToolCatalog", "capped", "result_parts"]

@@ -1,7 +1,7 @@
 """LLM providers: the `Provider` protocol, per-provider presets and a factory.
 
 Providers know nothing about MCP: each adapter maps the neutral messages of
-`omega_mcp.agent.messages` to one wire format and back. The presets hold what the CLI needs to
+`omega_mcp.messages` to one wire format and back. The presets hold what the CLI needs to
 build one (default base URL, the environment variables for key and base URL, a default model);
 adapters are imported lazily so `import omega_mcp.providers` stays cheap.
 """
@@ -14,7 +14,7 @@ from typing import Literal, Protocol, get_args
 
 import httpx2
 
-from omega_mcp.agent.messages import Message, ModelResponse, ToolSpec
+from omega_mcp.messages import Message, ModelResponse, ToolSpec
 from omega_mcp.providers._http import RetryPolicy
 
 __all__ = ["PRESETS", "PROVIDER_NAMES", "Provider", "ProviderName", "ProviderPreset", "RetryPolicy", "create_provider"]

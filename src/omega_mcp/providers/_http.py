@@ -25,8 +25,8 @@ from typing import Any, Self
 import anyio
 import httpx2
 
-from omega_mcp.agent._json import as_object
 from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError, first_leaf
+from omega_mcp.narrow import as_object
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy", "error_text"]
 

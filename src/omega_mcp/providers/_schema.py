@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, cast
 
-from omega_mcp.agent._json import as_list, as_object
+from omega_mcp.narrow import as_list, as_object
 
 __all__ = ["Dialect", "clean_schema"]
 

@@ -18,8 +18,8 @@ from urllib.parse import quote
 import anyio
 import httpx2
 
-from omega_mcp.agent._json import as_int, as_list, as_object, as_str
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
     Message,
@@ -33,7 +33,7 @@ from omega_mcp.agent.messages import (
     UserMessage,
     parse_arguments,
 )
-from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.narrow import as_int, as_list, as_object, as_str
 from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy
 from omega_mcp.providers._schema import clean_schema
 

@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omega_mcp.agent.messages import (
+from omega_mcp.errors import ProviderHTTPError
+from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
     Message,
@@ -23,7 +24,6 @@ from omega_mcp.agent.messages import (
     ToolSpec,
     Usage,
 )
-from omega_mcp.errors import ProviderHTTPError
 
 __all__ = ["Reply", "ScriptedProvider", "ScriptedRequest", "call", "reply", "turns"]
 

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import anyio
 from anyio.abc import TaskStatus
 
-from omega_mcp import __version__, spawn
+from omega_mcp import __version__
 from omega_mcp.config import Config, load_config
 from omega_mcp.errors import ConfigError, OmegaError, first_leaf
+from omega_mcp.proxy import spawn
 
 if TYPE_CHECKING:
-    from omega_mcp.proxy import ServerStatus
+    from omega_mcp.proxy.supervisor import ServerStatus
 
 __all__ = ["main"]
 
@@ -158,7 +159,7 @@ async def _open_toolbox(config: Config, args: argparse.Namespace) -> AsyncGenera
     for them at most SERVE_STARTUP_WAIT_SECONDS; one-shot commands (`tools`, `call`, `agent`)
     wait until each has connected or failed (within its own connect timeout).
     """
-    from omega_mcp.proxy import Downstreams
+    from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
     policy = _policy(config, args)
@@ -218,9 +219,9 @@ async def _until_signalled(
 
 
 async def _serve(config: Config, args: argparse.Namespace) -> int:
-    from omega_mcp.instructions import hub_instructions
     from omega_mcp.sandbox.launch import describe_sandbox
-    from omega_mcp.server import build_server, run_stdio
+    from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.server import build_server, run_stdio
 
     if args.http and not 0 < args.port < 65536:
         raise _UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
@@ -234,7 +235,7 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg.cancel_scope)
             if args.http:
-                from omega_mcp.hub import serve_http
+                from omega_mcp.server.http import serve_http
 
                 await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file)
             else:
@@ -271,7 +272,7 @@ def _server_line(status: ServerStatus) -> str:
 
 async def _tools(config: Config, args: argparse.Namespace, out: TextIO) -> int:
     from omega_mcp.names import Route
-    from omega_mcp.proxy import Downstreams
+    from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.sandbox.launch import describe_sandbox
 
     async with _open_toolbox(config, args) as toolbox:

@@ -37,12 +37,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp import __version__
 from omega_mcp.errors import UnknownToolError
-from omega_mcp.mcp_logging import LogForwarder
-from omega_mcp.pipes import PipeReader, PipeWriter
-from omega_mcp.proxy import Downstreams
-from omega_mcp.relay import Relay
+from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.fastpath.relay import Relay
+from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.approvals import elicitation_approver
-from omega_mcp.server_stdio import stdio_streams
+from omega_mcp.server.logs import LogForwarder
+from omega_mcp.server.stdio import stdio_streams
 from omega_mcp.toolbox import Toolbox
 
 __all__ = ["OmegaServer", "build_server", "run_stdio"]

@@ -32,10 +32,10 @@ from pydantic import ValidationError
 from omega_mcp.config import Config
 from omega_mcp.errors import first_leaf
 from omega_mcp.names import normalize
-from omega_mcp.proxy_calls import error, forward_call
-from omega_mcp.proxy_catalog import Exports
-from omega_mcp.proxy_session import DownstreamSession
-from omega_mcp.proxy_spec import Catalog, DownstreamSpec
+from omega_mcp.proxy.calls import error, forward_call
+from omega_mcp.proxy.catalog import Exports
+from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 
 __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
 

@@ -39,11 +39,11 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from omega_mcp import __version__
-from omega_mcp.mcp_logging import python_level
-from omega_mcp.pipes import MessageReadStream, PipeReader, PipeWriter
-from omega_mcp.proxy_spec import Catalog, DownstreamSpec, Streams, Target, usable_tools
-from omega_mcp.proxy_stdio import StdioTransport
-from omega_mcp.spawn import INIT_ID
+from omega_mcp.fastpath.pipes import MessageReadStream, PipeReader, PipeWriter
+from omega_mcp.proxy.spawn import INIT_ID
+from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Streams, Target, usable_tools
+from omega_mcp.proxy.stdio import StdioTransport
+from omega_mcp.server.logs import python_level
 
 __all__ = ["DownstreamSession"]
 

@@ -23,7 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 
 __all__ = ["stdio_streams"]
 

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from omega_mcp.errors import ConfigError
-from omega_mcp.server import OmegaServer
+from omega_mcp.server.server import OmegaServer
 
 __all__ = ["BearerTokenMiddleware", "build_http_app", "is_loopback", "load_or_create_token", "serve_http"]
 

@@ -22,7 +22,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from omega_mcp.proxy_session import DownstreamSession
+from omega_mcp.proxy.session import DownstreamSession
 
 __all__ = ["error", "forward_call", "refused", "timed_out", "went_away"]
 

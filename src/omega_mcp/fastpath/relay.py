@@ -25,10 +25,10 @@ import anyio
 import anyio.abc
 
 from omega_mcp.errors import InvalidArgumentsError
-from omega_mcp.pipes import PipeWriter
-from omega_mcp.proxy import Downstreams
-from omega_mcp.proxy_calls import refused, timed_out, went_away
-from omega_mcp.proxy_session import DownstreamSession
+from omega_mcp.fastpath.pipes import PipeWriter
+from omega_mcp.proxy.calls import refused, timed_out, went_away
+from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.toolbox import Toolbox
 
 __all__ = ["Relay"]

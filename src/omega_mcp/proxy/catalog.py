@@ -18,8 +18,8 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from omega_mcp.proxy_session import DownstreamSession
-from omega_mcp.proxy_spec import Catalog
+from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.spec import Catalog
 
 __all__ = ["Connected", "Exports"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from omega_mcp.agent._json import as_object
+from omega_mcp.narrow import as_object
 
 __all__ = [
     "AssistantMessage",

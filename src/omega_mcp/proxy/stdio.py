@@ -26,9 +26,9 @@ from typing import Any
 import anyio
 from mcp.client.stdio import StdioServerParameters
 
-from omega_mcp import spawn
-from omega_mcp.pipes import PipeReader, PipeWriter
-from omega_mcp.spawn import Spawned
+from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy import spawn
+from omega_mcp.proxy.spawn import Spawned
 
 __all__ = ["StdioTransport"]
 
