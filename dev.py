@@ -3,7 +3,7 @@
 
     python3 dev.py serve [omega-mcp serve flags]   # make .venv, install, run the hub on ./servers.toml (stdio)
     python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite
-    python3 dev.py lint                            # ruff + pyright
+    python3 dev.py lint                            # ruff check, ruff format --check, pyright
 
 The virtual environment is created once in .venv and reinstalled only when pyproject.toml changes.
 """
@@ -49,6 +49,25 @@ def _env() -> dict[str, str]:
     return env
 
 
+LINTERS = {
+    "ruff check": ["-m", "ruff", "check", "src", "tests", "bench"],
+    "ruff format --check": ["-m", "ruff", "format", "--check", "src", "tests", "bench"],
+    "pyright": ["-m", "pyright"],
+}
+
+
+def lint(env: dict[str, str]) -> int:
+    """Run every linter (even after one fails) and name the ones that failed."""
+    codes = {
+        name: subprocess.run([str(PYTHON), *args], cwd=ROOT, env=env, check=False).returncode
+        for name, args in LINTERS.items()
+    }
+    failed = [f"{name} (exit {code})" for name, code in codes.items() if code]
+    if failed:
+        _say(f"lint failed: {', '.join(failed)}")
+    return max(codes.values())
+
+
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("test", [])
     try:
@@ -63,14 +82,7 @@ def main(argv: list[str]) -> int:
     elif command == "test":
         args = [str(PYTHON), "-m", "pytest", *rest]
     elif command == "lint":
-        ruff = subprocess.run(
-            [str(PYTHON), "-m", "ruff", "check", "src", "tests", "bench"], cwd=ROOT, env=env, check=False
-        )
-        fmt = subprocess.run(
-            [str(PYTHON), "-m", "ruff", "format", "--check", "src", "tests", "bench"], cwd=ROOT, env=env, check=False
-        )
-        types = subprocess.run([str(PYTHON), "-m", "pyright"], cwd=ROOT, env=env, check=False)
-        return max(ruff.returncode, fmt.returncode, types.returncode)
+        return lint(env)
     else:
         _say(f"unknown command {command!r}; use serve, test or lint")
         return 2

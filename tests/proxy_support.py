@@ -12,10 +12,12 @@ from typing import Any
 import anyio
 import mcp
 from mcp import types
-from mcp.client._memory import InMemoryTransport
+from mcp.client import Transport
+from mcp.client._memory import InMemoryTransport  # pyright: ignore[reportPrivateUsage]
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.lowlevel import Server
 
+from omega_mcp.proxy.spec import Target
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import OmegaServer, build_server
@@ -73,6 +75,16 @@ def gated(server: Server[Any], gate: anyio.Event) -> Callable[[], AbstractAsyncC
     return connect
 
 
+def in_memory(server: Server[Any]) -> Callable[[], Transport]:
+    """A transport factory connecting to an in-process server (the SDK's test transport)."""
+    return lambda: InMemoryTransport(server)
+
+
+def downstream_spec(server_name: str, target: Server[Any] | Target, **options: Any) -> DownstreamSpec:
+    """A `DownstreamSpec`; an in-process `Server` target is connected through `in_memory`."""
+    return DownstreamSpec(server_name, in_memory(target) if isinstance(target, Server) else target, **options)
+
+
 def stdio_fixture(*args: str) -> StdioServerParameters:
     """The stdlib echo fixture server (see tests/fixtures/echo_server.py) as a stdio target."""
     return StdioServerParameters(command=sys.executable, args=[str(ECHO_SERVER), *args])
@@ -85,7 +97,7 @@ async def hub(
     """Downstreams + Toolbox + the omega MCP server, started (supervisors retry fast)."""
     options.setdefault("backoff_seconds", 0.05)
     async with Downstreams(list(specs), **options) as downstreams, Toolbox(policy, downstreams) as toolbox:
-        yield downstreams, toolbox, build_server(toolbox)
+        yield downstreams, toolbox, build_server(toolbox, catalog=downstreams)
 
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from omega_mcp.errors import ConfigError
+from omega_mcp.narrow import as_object
 
 __all__ = [
     "AgentConfig",
@@ -288,13 +289,13 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
         raise ConfigError(f"invalid TOML: {exc}", path=str(found)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(found)) from None
-    servers = data.get("servers")
+    servers = as_object(data.get("servers"))  # not a table: left for validation to report
     try:
-        if isinstance(servers, dict):
+        if servers:
             expanded: dict[str, Any] = {}
-            for name, entry in servers.items():  # pyright: ignore[reportUnknownVariableType]
-                disabled = isinstance(entry, dict) and entry.get("enabled") is False  # pyright: ignore[reportUnknownMemberType]
-                expanded[str(name)] = entry if disabled else _expand_server(entry, env, f"servers.{name}")  # pyright: ignore[reportUnknownArgumentType]
+            for name, entry in servers.items():
+                disabled = as_object(entry).get("enabled") is False
+                expanded[name] = entry if disabled else _expand_server(entry, env, f"servers.{name}")
             data["servers"] = expanded
         config = Config.model_validate({**data, "path": found, "home": home})
     except ConfigError as exc:

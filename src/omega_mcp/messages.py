@@ -1,4 +1,7 @@
-"""The neutral message model shared by the agent loop and every provider adapter.
+"""The neutral message model shared by `omega_mcp.agent` (the loop) and `omega_mcp.providers` (the adapters).
+
+It lives at the top of the package rather than under `agent/` so the providers depend on it
+without importing the agent: `agent` imports `providers`, never the other way round.
 
 Frozen dataclasses, no MCP and no wire format: adapters map them to and from JSON. An assistant
 turn keeps the provider's own message (`raw`, tagged with `raw_format`) next to its normalized

@@ -15,7 +15,18 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["MAX_NAME_LENGTH", "Namespace", "Route", "exported_name", "fit_name", "normalize"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "Namespace",
+    "Route",
+    "exported_name",
+    "fit_name",
+    "normalize",
+    "prompt_name",
+    "server_of_prompt",
+    "server_prefixes",
+    "tool_prefix",
+]
 
 MAX_NAME_LENGTH = 64
 _HASH_LENGTH = 8
@@ -50,9 +61,34 @@ def fit_name(name: str, max_length: int = MAX_NAME_LENGTH, *, key: str | None = 
     return name[: max_length - len(suffix)] + suffix
 
 
+def tool_prefix(server_name: str) -> str:
+    """`mcp__<server>__`: what every exported tool name of a server starts with (before any hashing)."""
+    return f"mcp__{normalize(server_name)}__"
+
+
 def exported_name(server_name: str, tool_name: str) -> str:
     """The exported name of a downstream tool before collision handling."""
-    return fit_name(f"mcp__{normalize(server_name)}__{normalize(tool_name)}")
+    return fit_name(tool_prefix(server_name) + normalize(tool_name))
+
+
+def _alias_prefixes(server_name: str) -> tuple[str, str]:
+    return f"{server_name}.", f"{server_name}__"
+
+
+def server_prefixes(server_name: str) -> tuple[str, ...]:
+    """Every prefix a name of this server's tools may start with: the exported one and the aliases'."""
+    return (tool_prefix(server_name), *_alias_prefixes(server_name))
+
+
+def prompt_name(server_name: str, prompt: str) -> str:
+    """A downstream prompt's exported name, `<server>__<prompt>` (server keys never contain `__`)."""
+    return f"{server_name}__{prompt}"
+
+
+def server_of_prompt(server_name: str, exported: str) -> str | None:
+    """The server's own prompt name behind an exported prompt name, if it is one of this server's."""
+    prefix = prompt_name(server_name, "")
+    return exported[len(prefix) :] if exported.startswith(prefix) and len(exported) > len(prefix) else None
 
 
 class Namespace:
@@ -78,7 +114,7 @@ class Namespace:
                 # Two raw names normalized alike (`a.b` and `a_b`): hash the raw identity, deterministic.
                 name = fit_name(name, key=f"{server_name}\0{tool_name}")
             self._add(name, route)
-            for alias in (f"{server_name}.{tool_name}", f"{server_name}__{tool_name}"):
+            for alias in (prefix + tool_name for prefix in _alias_prefixes(server_name)):
                 self._aliases.setdefault(alias, route)
 
     def _add(self, name: str, route: Route) -> None:

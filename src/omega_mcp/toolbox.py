@@ -2,22 +2,23 @@
 
 `list_tools()` returns built-ins first, then each downstream server's tools in config order
 under their `mcp__<server>__<tool>` names (waiting, bounded, for servers still starting);
-`call_tool()` resolves a name (or alias) through the namespace's reverse map, validates the
-arguments (a validator compiled once per tool), and runs the tool; `call_tool_wire()` is the
-same for the MCP server, handing a downstream's result on as wire JSON. Every tool failure comes
-back as an isError result; only an unknown name raises (`UnknownToolError`), which the MCP
-server turns into a JSON-RPC error and the agent loop into an error result.
+`call_tool_wire()`, the one call path, resolves a name (or alias) through the namespace's reverse
+map, validates the arguments (a validator compiled once per tool), runs the tool and returns wire
+JSON (a downstream's result untouched); `call_tool()` wraps it for callers that want a model.
+Every tool failure comes back as an isError result; only an unknown name raises
+(`UnknownToolError`), which the MCP server turns into a JSON-RPC error and the agent loop into an
+error result. A new built-in tool goes in `builtin/` with its schema, and gets a case here.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, Self
 
+from anyio import AsyncContextManagerMixin
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp import types
@@ -27,8 +28,9 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
 from omega_mcp.builtin import bash as _bash
-from omega_mcp.builtin import files as _files
+from omega_mcp.builtin import read as _read
 from omega_mcp.builtin import shells as _shells
+from omega_mcp.builtin import write as _write
 from omega_mcp.builtin.schemas import (
     BUILTIN_TOOLS,
     BashArgs,
@@ -40,21 +42,20 @@ from omega_mcp.builtin.schemas import (
 )
 from omega_mcp.errors import DownstreamError, InvalidArgumentsError, ToolError, UnknownToolError
 from omega_mcp.names import Namespace, Route
+from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox.approvals import Approver, Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["Downstreams", "ProgressFn", "Toolbox", "error_result"]
+__all__ = ["DownstreamTools", "ProgressFn", "Toolbox"]
 
 logger = logging.getLogger(__name__)
-
-_R = TypeVar("_R")
 
 ProgressFn = ProgressFnT
 """`(progress, total, message)`: the SDK's progress callback shape."""
 
 
-class Downstreams(Protocol):
-    """What the Toolbox needs from the proxy (`proxy.Downstreams` implements it)."""
+class DownstreamTools(Protocol):
+    """What the Toolbox needs from the downstream servers (`proxy.supervisor.Downstreams` provides it)."""
 
     @property
     def version(self) -> int:
@@ -90,38 +91,9 @@ class Downstreams(Protocol):
         *,
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
-    ) -> types.CallToolResult:
-        """Forward one call; failures come back as isError results."""
-        ...
-
-    async def call_tool_wire(
-        self,
-        server_name: str,
-        tool_name: str,
-        arguments: dict[str, Any],
-        *,
-        progress: ProgressFn | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Wire:
         """Forward one call; the downstream's result as wire JSON, untouched (failures are isError)."""
         ...
-
-
-def error_result(message: str) -> types.CallToolResult:
-    """An isError result with one text block."""
-    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
-
-
-def _error_wire(message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": message}], "isError": True}
-
-
-def _wire(result: types.CallToolResult) -> dict[str, Any]:
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def _identity(result: types.CallToolResult) -> types.CallToolResult:
-    return result
 
 
 def _no_retrieval(uri: str) -> Any:
@@ -154,37 +126,28 @@ class _Builtin:
     model: type[BaseModel]
 
 
-class Toolbox:
+class Toolbox(AsyncContextManagerMixin):
     """Built-in tools under a sandbox policy, plus (optionally) the downstream servers' tools.
 
     Use as an async context manager: it owns the background shells and kills them on exit.
-    The downstream servers' lifetime is the caller's (enter the `proxy.Downstreams` first).
+    The downstream servers' lifetime is the caller's (enter the `proxy.supervisor.Downstreams` first).
     """
 
-    def __init__(self, policy: SandboxPolicy, downstreams: Downstreams | None = None) -> None:
+    def __init__(self, policy: SandboxPolicy, downstreams: DownstreamTools | None = None) -> None:
         self.policy = policy
         self.downstreams = downstreams
         self._builtins: dict[str, _Builtin] = {t.name: _Builtin(t, m) for t, m in BUILTIN_TOOLS}
         self._shells = _shells.ShellRegistry()
-        self._exit_stack: AsyncExitStack | None = None
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
         self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
         self.grants = Grants()
         """One-time write approvals (`on_denied = "ask"`), shared by every front-end of this Toolbox."""
 
-    async def __aenter__(self) -> Self:
-        async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self._shells)
-            self._exit_stack = stack.pop_all()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        stack, self._exit_stack = self._exit_stack, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
+        async with self._shells:
+            yield self
 
     # -- namespace ---------------------------------------------------------------------------
 
@@ -241,6 +204,44 @@ class Toolbox:
 
     # -- calls -------------------------------------------------------------------------------
 
+    async def call_tool_wire(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        progress: ProgressFn | None = None,
+        meta: Mapping[str, Any] | None = None,
+        approve: Approver | None = None,
+    ) -> Wire:
+        """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
+
+        Every failure but an unknown name is an isError result. `meta` is the caller's request `_meta`,
+        passed on to a downstream server. `approve` asks the caller's user to allow a write outside the
+        roots once (`on_denied = "ask"`); None denies it. This is the proxy's hot path: the route comes
+        from a dict, the arguments are checked by a validator compiled once per tool, and the
+        downstream's result is not parsed into models.
+
+        Raises:
+            UnknownToolError: no tool has this name (or alias).
+        """
+        args = dict(arguments or {})
+        try:
+            route = await self._resolve(name)
+            if route.server_name is None:
+                return to_wire(await self._call_builtin(route.tool_name, args, approve))
+            self.check_arguments(route, args)
+            assert self.downstreams is not None
+            return await self.downstreams.call_tool(
+                route.server_name, route.tool_name, args, progress=progress, meta=meta
+            )
+        except UnknownToolError:
+            raise
+        except ToolError as exc:
+            return error_wire(str(exc))
+        except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
+            logger.exception("tool %s failed unexpectedly", name)
+            return error_wire(f"internal error in {name}: {type(exc).__name__}: {exc}")
+
     async def call_tool(
         self,
         name: str,
@@ -250,76 +251,13 @@ class Toolbox:
         meta: Mapping[str, Any] | None = None,
         approve: Approver | None = None,
     ) -> types.CallToolResult:
-        """Run one tool call; every failure but an unknown name is an isError result.
-
-        `meta` is the caller's request `_meta`, passed on to a downstream server. `approve` asks the
-        caller's user to allow a write outside the roots once (`on_denied = "ask"`); None denies it.
+        """`call_tool_wire` with the result as an SDK model (for the agent loop and the CLI).
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
         """
-        downstreams = self.downstreams
-
-        async def forward(route: Route, args: dict[str, Any]) -> types.CallToolResult:
-            assert downstreams is not None and route.server_name is not None
-            return await downstreams.call_tool(route.server_name, route.tool_name, args, progress=progress, meta=meta)
-
-        return await self._call(
-            name, arguments, approve, forward=forward, from_builtin=_identity, from_error=error_result
-        )
-
-    async def call_tool_wire(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None = None,
-        *,
-        progress: ProgressFn | None = None,
-        meta: Mapping[str, Any] | None = None,
-        approve: Approver | None = None,
-    ) -> dict[str, Any]:
-        """`call_tool` for the MCP server: the result as wire JSON (a downstream's, untouched).
-
-        This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
-        validator compiled once per tool, and the downstream's result is not parsed into models.
-
-        Raises:
-            UnknownToolError: no tool has this name (or alias).
-        """
-        downstreams = self.downstreams
-
-        async def forward(route: Route, args: dict[str, Any]) -> dict[str, Any]:
-            assert downstreams is not None and route.server_name is not None
-            return await downstreams.call_tool_wire(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta
-            )
-
-        return await self._call(name, arguments, approve, forward=forward, from_builtin=_wire, from_error=_error_wire)
-
-    async def _call(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None,
-        approve: Approver | None,
-        *,
-        forward: Callable[[Route, dict[str, Any]], Awaitable[_R]],
-        from_builtin: Callable[[types.CallToolResult], _R],
-        from_error: Callable[[str], _R],
-    ) -> _R:
-        """The one call path: resolve, run a built-in or check and forward; failures become results."""
-        args = dict(arguments or {})
-        try:
-            route = await self._resolve(name)
-            if route.server_name is None:
-                return from_builtin(await self._call_builtin(route.tool_name, args, approve))
-            self.check_arguments(route, args)
-            return await forward(route, args)
-        except UnknownToolError:
-            raise
-        except ToolError as exc:
-            return from_error(str(exc))
-        except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
-            logger.exception("tool %s failed unexpectedly", name)
-            return from_error(f"internal error in {name}: {type(exc).__name__}: {exc}")
+        raw = await self.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve)
+        return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
     async def _call_builtin(
         self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None
@@ -334,11 +272,11 @@ class Toolbox:
             case BashArgs():
                 return await _bash.run_bash(policy, args, self._shells)
             case ReadArgs():
-                return await _files.read_file(policy, args)
+                return await _read.read_file(policy, args)
             case WriteArgs():
-                return await _files.write_file(policy, args, approve=approve, grants=self.grants)
+                return await _write.write_file(policy, args, approve=approve, grants=self.grants)
             case EditArgs():
-                return await _files.edit_file(policy, args, approve=approve, grants=self.grants)
+                return await _write.edit_file(policy, args, approve=approve, grants=self.grants)
             case BashOutputArgs():
                 return await self._shells.output(args.shell_id)
             case KillShellArgs():

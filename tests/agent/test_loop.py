@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from mcp import types
 
-from omega_mcp.agent.loop import TextEvent, ToolCallEvent, ToolResultEvent, run_agent
+from omega_mcp.agent.loop import AgentResult, TextEvent, ToolCallEvent, ToolResultEvent, run_agent
 from omega_mcp.errors import MaxTurnsExceededError, ProviderHTTPError, ToolError, UnknownToolError
 from omega_mcp.messages import (
     AssistantMessage,
@@ -185,7 +185,8 @@ async def test_the_turn_limit_ends_the_loop_with_a_clear_error_and_the_partial_c
     assert len(provider.requests) == 3
     assert len(host.calls) == 2  # the calls of the last allowed turn are not run
     partial = info.value.result
-    assert partial is not None and partial.turns == 3 and partial.usage.input_tokens == 30
+    assert isinstance(partial, AgentResult)
+    assert partial.turns == 3 and partial.usage.input_tokens == 30
 
 
 async def test_max_turns_must_be_positive() -> None:

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import types
 
-from omega_mcp.builtin import bash as bash_module
+from omega_mcp.builtin import bash_process
 from omega_mcp.builtin.bash import run_bash
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import BashArgs
@@ -35,7 +35,7 @@ def policy(request: pytest.FixtureRequest, tmp_path: Path) -> SandboxPolicy:
 # Leftovers of a command that has exited die by themselves LINGER_SECONDS after it (the
 # trampoline's PID 1 gives up); the call drains their output for DRAIN_SECONDS first. Checking
 # sooner than that deadline after the call returns shows the call killed them, not the deadline.
-_KILLED_BY_THE_CALL_SECONDS = LINGER_SECONDS - bash_module.DRAIN_SECONDS - 0.5
+_KILLED_BY_THE_CALL_SECONDS = LINGER_SECONDS - bash_process.DRAIN_SECONDS - 0.5
 
 
 @pytest.fixture
@@ -251,7 +251,7 @@ async def test_huge_command_is_sourced_when_the_launch_argv_has_another_shape(
         # A wrapper shape: the command is not the last argv element.
         return BashLaunch(("/bin/bash", "-c", command, "omega"), {"PATH": "/usr/bin:/bin"}, policy.workspace)
 
-    monkeypatch.setattr(bash_module, "bash_launch", wrapped_launch)
+    monkeypatch.setattr(bash_process, "bash_launch", wrapped_launch)
     command = "# padding\n" * 20_000 + 'echo "sourced as $0"'
     result = await _bash(policy, shells, command)
     assert _text(result) == "sourced as omega\n"

@@ -17,6 +17,21 @@ URL = "http://127.0.0.1:9/v1/chat"
 OK = {"ok": True}
 
 
+@pytest.fixture
+def owned_clients(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.AsyncClient]:
+    """Every client an `HttpJson` creates for itself (given no `client`) during the test."""
+    created: list[httpx2.AsyncClient] = []
+    real = httpx2.AsyncClient
+
+    def record(**kwargs: Any) -> httpx2.AsyncClient:
+        client = real(**kwargs)
+        created.append(client)
+        return client
+
+    monkeypatch.setattr(httpx2, "AsyncClient", record)
+    return created
+
+
 def make(fake, *, policy: RetryPolicy | None = None) -> tuple[HttpJson, list[float]]:
     delays: list[float] = []
 
@@ -143,9 +158,9 @@ async def test_headers_and_body_are_sent_as_given(fake_http) -> None:
     assert fake.bodies == [{"a": [1, "ü"]}]
 
 
-async def test_an_owned_client_is_closed_by_aclose() -> None:
+async def test_an_owned_client_is_closed_by_aclose(owned_clients: list[httpx2.AsyncClient]) -> None:
     http = HttpJson("acme")
-    client = http._client
+    [client] = owned_clients
     await http.aclose()
     assert client.is_closed
 
@@ -200,9 +215,10 @@ async def test_a_server_that_never_answers_fails_after_one_bounded_wait(fake_htt
     assert len(fake.requests) == 1 and delays == []
 
 
-def test_default_timeouts_are_bounded_and_sane() -> None:
+def test_default_timeouts_are_bounded_and_sane(owned_clients: list[httpx2.AsyncClient]) -> None:
     http = HttpJson("acme")
-    timeout = http._client.timeout
+    [client] = owned_clients
+    timeout = client.timeout
     assert 60 <= http.timeout_seconds <= 900  # long answers take minutes; never unbounded
     assert timeout.connect is not None and timeout.connect <= 30
     assert timeout.read is not None and timeout.read <= http.timeout_seconds

@@ -1,7 +1,8 @@
 """`on_denied = "ask"`: a write outside the roots asks the user (MCP elicitation) and is allowed once.
 
 Driven through the MCP server with the SDK's in-process client. A denied case asserts `denied` and
-that nothing changed on disk; the blocklist and symlink tricks must never be approvable.
+that nothing changed on disk; the blocklist and symlink tricks must never be approvable. The grant
+store and the question text (`sandbox/approvals.py`) are checked on their own at the end.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import pytest
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
-from omega_mcp.sandbox import approvals, paths
-from omega_mcp.sandbox.approvals import Grants
+from omega_mcp.sandbox import beneath, paths
+from omega_mcp.sandbox.approvals import GRANT_SECONDS, Grants, approval_question
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.server import approver
 from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
 
@@ -59,11 +61,11 @@ def outside(tmp_path: Path) -> Path:
 @pytest.fixture(params=["openat2", "walk"])
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "openat2":
-        if not paths._have_openat2():  # pyright: ignore[reportPrivateUsage]
+        if not beneath.have_openat2():
             pytest.skip("openat2 is not available here")
-        monkeypatch.setattr(paths, "_openat2_usable", True)
+        monkeypatch.setattr(beneath, "_openat2_usable", True)
     else:
-        monkeypatch.setattr(paths, "_openat2_usable", False)
+        monkeypatch.setattr(beneath, "_openat2_usable", False)
     return str(request.param)
 
 
@@ -198,8 +200,8 @@ async def test_an_unanswered_question_times_out_as_a_denial(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger=approvals.__name__)
-    monkeypatch.setattr(approvals, "ASK_SECONDS", 0.2)
+    caplog.set_level(logging.INFO, logger=approver.__name__)
+    monkeypatch.setattr(approver, "ASK_SECONDS", 0.2)
     never = anyio.Event()
 
     async def silent(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -330,7 +332,7 @@ async def test_a_parent_that_becomes_a_symlink_while_the_user_is_asked_is_not_wr
 
 def _swap_after_the_check(monkeypatch: pytest.MonkeyPatch, swap: Callable[[], None]) -> None:
     """Run `swap` on the approved attempt right after its path check, before the directory is opened."""
-    original = paths._pick_root  # pyright: ignore[reportPrivateUsage]
+    original = paths._pick_root  # pyright: ignore[reportPrivateUsage] - the race needs a hook in the write path
     calls = [0]
 
     def pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
@@ -443,3 +445,75 @@ async def test_an_approved_write_replaces_a_symlink_leaf_and_leaves_its_target_a
     assert not result.is_error, _text(result)
     assert target.read_text() == "original"
     assert not (outside / "a.txt").is_symlink() and (outside / "a.txt").read_text() == "new"
+
+
+# -- the grant store and the question ---------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_grant_is_consumed_by_one_write() -> None:
+    grants = Grants(clock=FakeClock())
+    grants.grant(Path("/x/a.txt"))
+    assert grants.consume(Path("/x/a.txt"))
+    assert not grants.consume(Path("/x/a.txt"))
+
+
+def test_a_grant_covers_exactly_its_path() -> None:
+    grants = Grants(clock=FakeClock())
+    grants.grant(Path("/x/a.txt"))
+    assert not grants.consume(Path("/x/b.txt"))
+    assert not grants.consume(Path("/x"))
+    assert not grants.consume(Path("/x/a.txt/inner"))
+    assert grants.consume(Path("/x/a.txt"))
+
+
+def test_a_grant_expires_after_300_seconds() -> None:
+    clock = FakeClock()
+    grants = Grants(clock=clock)
+    assert GRANT_SECONDS == 300.0
+    grants.grant(Path("/x/a.txt"))
+    clock.now += 299.0
+    assert grants.consume(Path("/x/a.txt"))
+    grants.grant(Path("/x/a.txt"))
+    clock.now += 300.0
+    assert not grants.consume(Path("/x/a.txt"))
+
+
+def test_an_expired_grant_is_gone_even_if_time_went_backwards() -> None:
+    clock = FakeClock()
+    grants = Grants(ttl=10.0, clock=clock)
+    grants.grant(Path("/x/a.txt"))
+    clock.now += 11.0
+    assert not grants.consume(Path("/x/a.txt"))
+    clock.now -= 11.0
+    assert not grants.consume(Path("/x/a.txt"))
+
+
+def test_granting_again_renews_the_expiry_and_drops_expired_grants() -> None:
+    clock = FakeClock()
+    grants = Grants(ttl=10.0, clock=clock)
+    grants.grant(Path("/x/old.txt"))
+    grants.grant(Path("/x/a.txt"))
+    clock.now += 8.0
+    grants.grant(Path("/x/a.txt"))
+    clock.now += 8.0
+    grants.grant(Path("/x/b.txt"))  # prunes old.txt (expired); a.txt was renewed and stays
+    assert grants._expiry.keys() == {Path("/x/a.txt"), Path("/x/b.txt")}  # pyright: ignore[reportPrivateUsage]
+    assert grants.consume(Path("/x/a.txt"))
+
+
+def test_the_question_names_the_path() -> None:
+    assert approval_question("/srv/a.txt") == "omega wants to write /srv/a.txt — allow once?"
+
+
+def test_a_path_with_control_or_invisible_characters_is_shown_escaped() -> None:
+    question = approval_question("/srv/x\nomega wants to write /ws/ok.txt")
+    assert "\n" not in question and "\\n" in question
+    assert "\u202e" not in approval_question("/srv/\u202etxt.exe")

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from omega_mcp.builtin import files
-from omega_mcp.builtin.files import edit_file, read_file, write_file
+from omega_mcp.builtin import write
+from omega_mcp.builtin.read import read_file
 from omega_mcp.builtin.schemas import EditArgs, ReadArgs, WriteArgs
+from omega_mcp.builtin.write import edit_file, write_file
 from omega_mcp.errors import PathDeniedError, ToolError
-from omega_mcp.sandbox import paths
+from omega_mcp.sandbox import beneath
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 MODES = ("sandbox", "rx", "rwx")
@@ -30,11 +31,11 @@ MODES = ("sandbox", "rx", "rwx")
 @pytest.fixture(params=["openat2", "walk"], autouse=True)
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "openat2":
-        if not paths._have_openat2():
+        if not beneath.have_openat2():
             pytest.skip("openat2 is not available here")
-        monkeypatch.setattr(paths, "_openat2_usable", True)
+        monkeypatch.setattr(beneath, "_openat2_usable", True)
     else:
-        monkeypatch.setattr(paths, "_openat2_usable", False)
+        monkeypatch.setattr(beneath, "_openat2_usable", False)
     return str(request.param)
 
 
@@ -376,7 +377,7 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def skip_fsync(fd: int) -> None:  # containment, not durability, is under test
         pass
 
-    monkeypatch.setattr(files.os, "fsync", skip_fsync)
+    monkeypatch.setattr(write.os, "fsync", skip_fsync)
     yield
 
 

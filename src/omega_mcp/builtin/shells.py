@@ -10,27 +10,23 @@ capped, and leaving the registry kills every shell's process group (shielded, bo
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Self
 
 import anyio
+from anyio import AsyncContextManagerMixin
 from anyio.abc import Process, TaskGroup, TaskStatus
 from mcp import types
 
-from omega_mcp.builtin.bash import (
-    DRAIN_SECONDS,
-    describe_exit,
-    group_alive,
-    open_bash,
-    pump_output,
-    terminate_group,
-    text_result,
-)
+from omega_mcp.builtin.bash_process import DRAIN_SECONDS, describe_exit, open_bash, pump_output
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import BashOutputArgs, KillShellArgs
 from omega_mcp.errors import ToolError
+from omega_mcp.results import text_result
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.processes import group_alive, terminate_group
 
 __all__ = ["MAX_RUNNING_SHELLS", "ShellRegistry", "bash_output", "kill_shell"]
 
@@ -78,7 +74,7 @@ class _Shell:
         return not self.running and not self.killed and (self.timed_out or self.returncode != 0)
 
 
-class ShellRegistry:
+class ShellRegistry(AsyncContextManagerMixin):
     """The background shells of one server; enter it for the server's lifetime.
 
     Raises (from its methods):
@@ -91,26 +87,22 @@ class ShellRegistry:
         self._counter = 0
         self._task_group: TaskGroup | None = None
 
-    async def __aenter__(self) -> Self:
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        task_group, self._task_group = self._task_group, None
-        assert task_group is not None, "ShellRegistry exited without being entered"
-        with anyio.CancelScope(shield=True):
-            running = [shell for shell in self._shells.values() if shell.running and shell.process]
-            with anyio.move_on_after(_SHUTDOWN_SECONDS):
-                async with anyio.create_task_group() as killers:
-                    for shell in running:
-                        shell.killed = True
-                        killers.start_soon(_kill_and_wait, shell)
-            task_group.cancel_scope.cancel()
-        return await task_group.__aexit__(exc_type, exc, tb)
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            try:
+                yield self
+            finally:
+                self._task_group = None
+                with anyio.CancelScope(shield=True):
+                    running = [shell for shell in self._shells.values() if shell.running and shell.process]
+                    with anyio.move_on_after(_SHUTDOWN_SECONDS):
+                        async with anyio.create_task_group() as killers:
+                            for shell in running:
+                                shell.killed = True
+                                killers.start_soon(_kill_and_wait, shell)
+                    task_group.cancel_scope.cancel()
 
     def _running(self) -> list[_Shell]:
         return [shell for shell in self._shells.values() if shell.running]
@@ -210,7 +202,7 @@ def _with_status(text: str, shell: _Shell, *, prefix: str = "") -> str:
 
 async def _kill_and_wait(shell: _Shell) -> None:
     if shell.process is not None:
-        await terminate_group(shell.process)
+        await terminate_group(shell.process.pid)
     with anyio.move_on_after(_KILL_WAIT_SECONDS):
         await shell.done.wait()
 
@@ -225,12 +217,12 @@ async def _follow(shell: _Shell, process: Process) -> None:
             await process.wait()
         if process.returncode is None and not shell.killed:
             shell.timed_out = True
-            await terminate_group(process)
+            await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):
             await eof.wait()
         if not eof.is_set() or group_alive(process.pid):
             shell.lingering = True
-            await terminate_group(process)
+            await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):
             await process.wait()
         shell.returncode = process.returncode

@@ -18,13 +18,15 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import anyio
 import anyio.lowlevel
 from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from omega_mcp.narrow import object_or_none
 
 __all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
 
@@ -103,7 +105,8 @@ class PipeReader(MessageReadStream):
             if intercept is None:
                 return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
             decoded: object = json.loads(line)
-            if isinstance(decoded, dict) and await self._taken(intercept, cast(dict[str, Any], decoded)):
+            message = object_or_none(decoded)
+            if message is not None and await self._taken(intercept, message):
                 return None
             return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
         except (ValidationError, ValueError) as exc:

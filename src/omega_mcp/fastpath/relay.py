@@ -19,16 +19,18 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from omega_mcp.errors import InvalidArgumentsError
 from omega_mcp.fastpath.pipes import PipeWriter
+from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.calls import refused, timed_out, went_away
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
+from omega_mcp.results import checked_wire, error_wire, invalid_result
 from omega_mcp.toolbox import Toolbox
 
 __all__ = ["Relay"]
@@ -41,15 +43,6 @@ _GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 def _encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-
-
-def _object(value: object) -> dict[str, Any] | None:
-    """`value` as a JSON object, or None."""
-    return cast(dict[str, Any], value) if isinstance(value, dict) else None
-
-
-def _error(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 @dataclass(slots=True)
@@ -97,11 +90,11 @@ class Relay:
         return False
 
     async def _call(self, message: dict[str, Any]) -> bool:
-        client_id, params = message.get("id"), _object(message.get("params"))
+        client_id, params = message.get("id"), object_or_none(message.get("params"))
         if not isinstance(client_id, int | str) or isinstance(client_id, bool) or params is None:
             return False  # malformed: the SDK path answers with the proper error
         name, raw_arguments = params.get("name"), params.get("arguments")
-        arguments = _object(raw_arguments)
+        arguments = object_or_none(raw_arguments)
         if not isinstance(name, str) or (raw_arguments is not None and arguments is None):
             return False
         route = self._toolbox.namespace().resolve(name)
@@ -119,7 +112,7 @@ class Relay:
         relay_id = f"{_PREFIX}{next(self._ids)}"
         forwarded = {**params, "name": route.tool_name}
         call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout)
-        meta = _object(params.get("_meta"))
+        meta = object_or_none(params.get("_meta"))
         if meta is not None and "progressToken" in meta:
             call.client_token = meta["progressToken"]
             forwarded["_meta"] = {**meta, "progressToken": relay_id}  # our own id is a unique token downstream
@@ -132,7 +125,7 @@ class Relay:
             )
         except _GONE:
             session.lose("the server closed the connection")
-            await self._finish(relay_id, _error(went_away(call.server_name, call.tool_name)))
+            await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name)))
             return True
         deadline = anyio.current_time() + timeout
         if not self._deadlines or deadline < self._deadlines[0][0]:
@@ -141,7 +134,7 @@ class Relay:
         return True
 
     async def _client_cancelled(self, message: dict[str, Any]) -> bool:
-        params = _object(message.get("params"))
+        params = object_or_none(message.get("params"))
         request_id = params.get("requestId") if params is not None else None
         relay_id = self._by_client.get(request_id) if isinstance(request_id, int | str) else None
         call = self._calls.pop(relay_id, None) if relay_id is not None else None
@@ -174,13 +167,15 @@ class Relay:
             call = self._calls.get(request_id)
             if call is None:
                 return True  # the answer to a call that timed out or was cancelled
-            result = _object(message.get("result"))
-            if "error" in message or result is None or not isinstance(result.get("content"), list):
+            result = object_or_none(message.get("result"))
+            if "error" in message or result is None:
                 result = self._failure(call, message)
+            elif not isinstance(result.get("content"), list):  # as forward_call: checked against the model
+                result = checked_wire(result, invalid=invalid_result(call.server_name, call.tool_name))
             await self._finish(request_id, result)
             return True
         if message.get("method") == "notifications/progress":
-            params = _object(message.get("params"))
+            params = object_or_none(message.get("params"))
             token = params.get("progressToken") if params is not None else None
             call = self._calls.get(token) if isinstance(token, str) else None
             if call is not None and params is not None:
@@ -191,17 +186,19 @@ class Relay:
         return False
 
     def _failure(self, call: _Call, message: dict[str, Any]) -> dict[str, Any]:
-        error = _object(message.get("error"))
+        error = object_or_none(message.get("error"))
         if error is not None:
             code = error.get("code")
             message_text = str(error.get("message"))
-            return _error(refused(call.server_name, call.tool_name, message_text, code if isinstance(code, int) else 0))
-        return _error(f"server {call.server_name} returned an invalid result for {call.tool_name}")
+            return error_wire(
+                refused(call.server_name, call.tool_name, message_text, code if isinstance(code, int) else 0)
+            )
+        return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
 
     async def _fail_session(self, session: DownstreamSession) -> None:
         for relay_id, call in list(self._calls.items()):
             if call.session is session:
-                await self._finish(relay_id, _error(went_away(call.server_name, call.tool_name)))
+                await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name)))
 
     # -- answers and timeouts ----------------------------------------------------------------
 
@@ -241,7 +238,7 @@ class Relay:
                 call = self._calls.get(relay_id)
                 if call is not None and deadline <= now:
                     await self._cancel_downstream(call, relay_id, f"timed out after {call.timeout:g} s")
-                    await self._finish(relay_id, _error(timed_out(call.server_name, call.tool_name, call.timeout)))
+                    await self._finish(relay_id, error_wire(timed_out(call.server_name, call.tool_name, call.timeout)))
             if len(self._deadlines) > 4 * len(self._calls) + 1024:  # finished calls pile up: prune
                 self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
                 heapq.heapify(self._deadlines)

@@ -26,7 +26,7 @@ import anyio
 import httpx2
 
 from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError, first_leaf
-from omega_mcp.narrow import as_object
+from omega_mcp.narrow import as_int, as_list, as_object, as_str
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy", "error_text"]
 
@@ -193,25 +193,22 @@ class HttpJson:
 
 def error_text(body: object, fallback: str = "") -> str:
     """The human message inside any provider's error body, with its type or code when present."""
-    if isinstance(body, dict):
-        error: object = body.get("error", body)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if isinstance(error, str):
-            return error
-        if isinstance(error, dict):
-            message = error.get("message")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-            kind = error.get("type") or error.get("status") or error.get("code")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-            if isinstance(message, str) and message:
-                return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+    data = as_object(body)
+    error: object = data.get("error", data)
+    if isinstance(error, str):
+        return error
+    fields = as_object(error)
+    message = as_str(fields.get("message"))
+    if message:
+        kind = as_str(fields.get("type") or fields.get("status") or fields.get("code"))
+        return f"{kind}: {message}" if kind else message
     text = fallback.strip()
     return text[:500] if text else "(no error message in the response)"
 
 
 def _embedded_code(error: object) -> int | None:
-    if isinstance(error, dict):
-        code = error.get("code")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if isinstance(code, int) and 400 <= code <= 599:
-            return code
-    return None
+    code = as_int(as_object(error).get("code"))
+    return code if 400 <= code <= 599 else None
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:
@@ -237,17 +234,10 @@ def _retry_after(headers: httpx2.Headers) -> float | None:
 
 def _body_retry_delay(body: object) -> float | None:
     """Gemini: `error.details[] {"@type": "...RetryInfo", "retryDelay": "51.8s"}`."""
-    if not isinstance(body, dict):
-        return None
-    error = body.get("error")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    details = error.get("details") if isinstance(error, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-    if not isinstance(details, list):
-        return None
-    for detail in details:  # pyright: ignore[reportUnknownVariableType]
-        if isinstance(detail, dict):
-            match = _DURATION.match(str(detail.get("retryDelay", "")))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-            if match:
-                return float(match.group(1))
+    for detail in as_list(as_object(as_object(body).get("error")).get("details")):
+        match = _DURATION.match(str(as_object(detail).get("retryDelay", "")))
+        if match:
+            return float(match.group(1))
     return None
 
 

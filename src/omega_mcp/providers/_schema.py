@@ -172,7 +172,7 @@ def _gemini_fixups(schema: dict[str, Any]) -> None:
 
 
 def _object_root(root: Any, *, gemini: bool = False) -> dict[str, Any]:
-    schema: dict[str, Any] = dict(root) if isinstance(root, dict) else {}  # pyright: ignore[reportUnknownArgumentType]
+    schema = dict(as_object(root))
     kind = schema.get("type")
     if kind not in (None, "object") and not (isinstance(kind, list) and "object" in kind):
         # Not an object: the provider would reject it; offer a free-form object instead.

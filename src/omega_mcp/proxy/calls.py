@@ -4,7 +4,7 @@ The downstream's result comes back as wire JSON and is handed on untouched (the 
 nothing it does not have to; only a result without a `content` list is checked against the SDK
 model). Every failure is an isError result a model can act on: a timeout (the request was
 cancelled downstream), a server that went away, a JSON-RPC error the server answered with, or a
-transport failure. The same sentences are used by the relay (relay.py). The SDK hands each
+transport failure. The same sentences are used by the relay (fastpath/relay.py). The SDK hands each
 progress notification to its callback in a task of its own, so the result can overtake the last
 one; a call waits (bounded) for the progress it forwards before handing its result on, or an HTTP
 client whose response stream closes with the result would never see that progress.
@@ -20,11 +20,11 @@ import anyio.lowlevel
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
-__all__ = ["error", "forward_call", "refused", "timed_out", "went_away"]
+__all__ = ["forward_call", "refused", "timed_out", "went_away"]
 
 _RESERVED_META = "io.modelcontextprotocol/"
 _PROGRESS_DRAIN_SECONDS = 2.0
@@ -56,11 +56,6 @@ class _Progress:
             await self._idle.wait()
 
 
-def error(message: str) -> dict[str, Any]:
-    """An isError result (wire JSON) with one text block."""
-    return {"content": [{"type": "text", "text": message}], "isError": True}
-
-
 def timed_out(server_name: str, tool_name: str, timeout: float) -> str:
     """The isError text of a call that ran past the server's `timeout`."""
     return (
@@ -79,16 +74,6 @@ def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
     return f"server {server_name} refused the call to {tool_name}: {message} (error {code})"
 
 
-def _checked(server_name: str, tool_name: str, result: dict[str, Any]) -> dict[str, Any]:
-    try:
-        model = types.CallToolResult.model_validate(result, by_name=False)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        where = ".".join(str(p) for p in problem["loc"])
-        return error(f"server {server_name} returned an invalid result for {tool_name}: `{where}`: {problem['msg']}")
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
 async def forward_call(
     session: DownstreamSession,
     tool_name: str,
@@ -96,7 +81,7 @@ async def forward_call(
     *,
     progress: ProgressFnT | None = None,
     meta: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Wire:
     """Send one tools/call and return the result as wire JSON; failures are isError results."""
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
     params: dict[str, Any] = {"name": tool_name, "arguments": arguments}
@@ -111,16 +96,16 @@ async def forward_call(
         result = await session.request("tools/call", params, timeout_seconds=timeout, progress=tracked)
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
-            return error(timed_out(server_name, tool_name, timeout))
+            return error_wire(timed_out(server_name, tool_name, timeout))
         if exc.code == types.CONNECTION_CLOSED:
             session.lose("the server closed the connection")
-            return error(went_away(server_name, tool_name))
-        return error(refused(server_name, tool_name, exc.message, exc.code))
+            return error_wire(went_away(server_name, tool_name))
+        return error_wire(refused(server_name, tool_name, exc.message, exc.code))
     except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
         session.lose(f"{type(exc).__name__}: {exc}")
-        return error(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
+        return error_wire(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
     if tracked is not None:
         await tracked.drain()
     if not isinstance(result.get("content"), list):
-        return _checked(server_name, tool_name, result)
+        return checked_wire(result, invalid=invalid_result(server_name, tool_name))
     return result

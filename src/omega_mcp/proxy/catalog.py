@@ -18,6 +18,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from omega_mcp.names import prompt_name, server_of_prompt
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import Catalog
 
@@ -44,7 +45,7 @@ class Exports:
 
     def prompts(self, connected: Connected) -> list[types.Prompt]:
         """Every downstream prompt as `<server>__<prompt>`, config order."""
-        return [p.model_copy(update={"name": f"{name}__{p.name}"}) for name, c, _ in connected for p in c.prompts]
+        return [p.model_copy(update={"name": prompt_name(name, p.name)}) for name, c, _ in connected for p in c.prompts]
 
     async def get_prompt(
         self, connected: Connected, name: str, arguments: dict[str, str] | None
@@ -55,9 +56,9 @@ class Exports:
             MCPError: unknown prompt (or its server is down), or the server's own error.
         """
         for server_name, catalog, session in connected:
-            prompt_name = name.removeprefix(f"{server_name}__")
-            if prompt_name != name and any(p.name == prompt_name for p in catalog.prompts):
-                params: dict[str, Any] = {"name": prompt_name}
+            own = server_of_prompt(server_name, name)
+            if own is not None and any(p.name == own for p in catalog.prompts):
+                params: dict[str, Any] = {"name": own}
                 if arguments is not None:
                     params["arguments"] = arguments
                 raw = await session.request("prompts/get", params, timeout_seconds=session.spec.timeout_seconds)
@@ -77,13 +78,13 @@ class Exports:
         wire_ref: dict[str, Any]
         if isinstance(ref, types.PromptReference):
             for server_name, catalog, session in connected:
-                prompt_name = ref.name.removeprefix(f"{server_name}__")
-                if prompt_name != ref.name and any(p.name == prompt_name for p in catalog.prompts):
+                own = server_of_prompt(server_name, ref.name)
+                if own is not None and any(p.name == own for p in catalog.prompts):
                     owner = session
                     break
             else:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {ref.name!r}")
-            wire_ref = {"type": "ref/prompt", "name": prompt_name}
+            wire_ref = {"type": "ref/prompt", "name": own}
         else:
             owner = next(
                 (s for _, c, s in connected if any(t.uri_template == ref.uri for t in c.resource_templates)), None

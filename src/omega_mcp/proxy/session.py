@@ -7,7 +7,7 @@ handshake era is what every server in the wild speaks, carries `notifications/*/
 and `notifications/cancelled`, and costs no `server/discover` probe. Holding the dispatcher lets
 a `tools/call` go out and come back as plain JSON: the downstream's result is handed upstream
 without being parsed into models and dumped again (the hot path). A stdio server started early
-by `spawn.prespawn` was already sent `initialize`: its answer is read and adopted instead.
+by `EarlyStarts` (spawn.py) was already sent `initialize`: its answer is read and adopted instead.
 `closed` fires when the transport reaches EOF (a stdio server exiting), which is how a crash is
 noticed; remote URLs try streamable HTTP, then SSE (SSE first for URLs ending in `/sse`).
 """
@@ -16,54 +16,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from types import TracebackType
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, Self, TypeVar, cast
 
 import anyio
 import httpx2
+from anyio import AsyncContextManagerMixin
 from mcp import types
-from mcp.client._memory import InMemoryTransport
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.lowlevel import Server
-from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
-from omega_mcp import __version__
+from omega_mcp._sdk import ReadStream, Streams
 from omega_mcp.fastpath.pipes import MessageReadStream, PipeReader, PipeWriter
-from omega_mcp.proxy.spawn import INIT_ID
-from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Streams, Target, usable_tools
+from omega_mcp.loglevels import python_level
+from omega_mcp.proxy.spawn import INIT_ID, EarlyStarts
+from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Target, usable_tools
 from omega_mcp.proxy.stdio import StdioTransport
-from omega_mcp.server.logs import python_level
+from omega_mcp.version import __version__
 
 __all__ = ["DownstreamSession"]
 
 logger = logging.getLogger(__name__)
 
-
-class _Demote(logging.Filter):
-    """Turns the SDK client transports' own log records into debug records.
-
-    They log every failed connection attempt as an error with its traceback; omega reports the
-    reason itself, once, in one line ("server X is down: ..."), and retries.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-for _name in ("mcp.client.sse", "mcp.client.streamable_http"):
-    logging.getLogger(_name).addFilter(_Demote())
 
 _CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
 _PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
@@ -91,7 +75,7 @@ class _EofWatch(MessageReadStream):
         await self._inner.aclose()
 
 
-class DownstreamSession:
+class DownstreamSession(AsyncContextManagerMixin):
     """A connected, initialized session with one downstream server (enter to connect).
 
     Raises on enter:
@@ -100,8 +84,12 @@ class DownstreamSession:
         Exception: whatever the HTTP transport raises for an unreachable URL.
     """
 
-    def __init__(self, spec: DownstreamSpec) -> None:
+    def __init__(
+        self, spec: DownstreamSpec, *, warned: set[str] | None = None, early: EarlyStarts | None = None
+    ) -> None:
         self.spec = spec
+        self._early = early
+        self._warned = warned if warned is not None else set[str]()
         self.closed = anyio.Event()
         self.close_reason: str | None = None
         self.stdio: StdioTransport | None = None
@@ -112,38 +100,28 @@ class DownstreamSession:
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
         self._session: ClientSession | None = None
         self._headers: dict[str, str] = {}
-        self._stack: AsyncExitStack | None = None
         self.pipes: tuple[PipeReader, PipeWriter] | None = None
         """The raw pipes of a stdio server (the tools/call relay writes and intercepts on them)."""
         self._close_callbacks: list[Callable[[], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         target = self.spec.target
-        if isinstance(target, str):
-            self._stack = await self._connect_url(target)
-        else:
-            async with AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
+            if isinstance(target, str):
+                stack.push_async_exit(await self._connect_url(target))
+            else:
                 await self._connect(stack, self._transport(target))
-                self._stack = stack.pop_all()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        stack, self._stack = self._stack, None
-        try:
-            self._lost("omega is shutting the connection down")
-        finally:
-            if stack is not None:
-                await stack.__aexit__(exc_type, exc, tb)
+            try:
+                yield self
+            finally:
+                self._lost("omega is shutting the connection down")
 
     def _transport(self, target: Target) -> AbstractAsyncContextManager[Streams]:
-        if isinstance(target, Server):
-            return InMemoryTransport(cast(Server[Any], target))
         if isinstance(target, StdioServerParameters):
-            self.stdio = StdioTransport(target, server_name=self.spec.server_name)
+            self.stdio = StdioTransport(target, server_name=self.spec.server_name, early=self._early)
             return self.stdio
         if isinstance(target, str):
             raise TypeError("URL targets are connected by _connect_url")
@@ -200,7 +178,7 @@ class DownstreamSession:
         if early is None:
             result = await session.initialize()
         else:
-            # spawn.prespawn already sent `initialize`: take its answer and finish the handshake.
+            # EarlyStarts already sent `initialize`: take its answer and finish the handshake.
             result = types.InitializeResult.model_validate(early, by_name=False)
             if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
                 raise MCPError(types.INVALID_REQUEST, f"unsupported protocol version {result.protocol_version}")
@@ -213,7 +191,7 @@ class DownstreamSession:
         self._headers = {MCP_PROTOCOL_VERSION_HEADER: result.protocol_version}
 
     async def _early_answer(self, read: PipeReader) -> dict[str, Any]:
-        """The answer to the `initialize` that `spawn.prespawn` wrote before the SDK was loaded."""
+        """The answer to the `initialize` that `EarlyStarts.start` wrote before the SDK was loaded."""
         while True:
             try:
                 item = await read.receive()
@@ -227,6 +205,29 @@ class DownstreamSession:
             if isinstance(message, types.JSONRPCError) and message.id == INIT_ID:
                 raise MCPError.from_error_data(message.error)
             # Anything before the answer (a log line as a notification) has no session to go to yet.
+
+    def with_exit(self, reason: str) -> str:
+        """`reason`, with how the server process ended when it exited by itself."""
+        stdio = self.stdio
+        if stdio is not None and stdio.exited_by_itself:
+            return f"{reason} ({stdio.exit_detail()})"
+        return reason
+
+    def failure(self, exc: BaseException) -> str:
+        """Why this connection failed, in one line for `server X is down: ...`."""
+        if isinstance(exc, OSError) and self.stdio is not None and self.stdio.pid is None:
+            return f"cannot start {self.stdio.params.command!r}: {exc.strerror or exc}"
+        if isinstance(exc, MCPError):
+            if exc.code == types.CONNECTION_CLOSED:
+                return self.with_exit("the connection closed during the handshake")
+            return self.with_exit(f"handshake failed: {exc.message}")
+        if isinstance(exc, ValidationError):  # an answer that is no MCP
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or exc.title
+            return self.with_exit(f"the server's {exc.title} is invalid: `{where}`: {problem['msg']}")
+        if isinstance(self.spec.target, str):
+            return f"cannot reach {self.spec.target}: {type(exc).__name__}: {exc}"
+        return self.with_exit(f"{type(exc).__name__}: {exc}")
 
     # -- signals from the downstream ---------------------------------------------------------
 
@@ -326,7 +327,7 @@ class DownstreamSession:
             raw = page.get("tools")
             if not isinstance(raw, list):
                 raise ValueError("its tools/list answer has no `tools` list")
-            tools += usable_tools(self.spec.server_name, cast(list[object], raw), seen)
+            tools += usable_tools(self.spec.server_name, cast(list[object], raw), seen, self._warned)
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 break

@@ -1,11 +1,11 @@
 """Starting stdio downstream servers, early: before omega has even imported the MCP SDK.
 
 Importing the SDK takes most of a second, and so does starting a typical MCP server. So the CLI
-calls `prespawn()` right after reading the config: every enabled stdio server is started at once
-and sent its `initialize` request as plain JSON, and both sides load in parallel. The first
+calls `EarlyStarts.start()` right after reading the config: every enabled stdio server is started
+at once and sent its `initialize` request as plain JSON, and both sides load in parallel. The first
 connection attempt of each server then `adopt()`s its process and picks up the handshake answer
-(see `proxy_session`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
-Processes nobody adopted are killed by `discard_all()`. Env: the SDK's default inherited
+(see `session.py`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
+Processes nobody adopted are killed when the `EarlyStarts` closes. Env: the SDK's default inherited
 variables (`INHERITED_ENV`, checked against the SDK by a test) plus the server's `env`.
 """
 
@@ -19,14 +19,15 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
-from omega_mcp import __version__
+from omega_mcp.sandbox.processes import popen_group, signal_group
+from omega_mcp.version import __version__
 
 if TYPE_CHECKING:
     from omega_mcp.config import Config
 
-__all__ = ["INHERITED_ENV", "INIT_ID", "Spawned", "adopt", "discard_all", "prespawn", "spawn"]
+__all__ = ["INHERITED_ENV", "INIT_ID", "EarlyStarts", "Spawned", "spawn"]
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What the SDK's `get_default_environment()` passes to a stdio server on POSIX."""
@@ -68,14 +69,9 @@ def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd:
     our_out, child_out = os.pipe()
     our_err, child_err = os.pipe()
     try:
-        process = subprocess.Popen(
-            [command, *args],
-            stdin=child_in,
-            stdout=child_out,
-            stderr=child_err,
-            cwd=cwd,
-            env=default_environment(env),
-            start_new_session=True,  # its own process group: shutdown reaches grandchildren too
+        # Its own process group: shutdown reaches grandchildren too.
+        process = popen_group(
+            [command, *args], stdin=child_in, stdout=child_out, stderr=child_err, env=default_environment(env), cwd=cwd
         )
     except BaseException:
         for fd in (our_in, our_out, our_err):
@@ -96,46 +92,61 @@ def _initialize_request() -> bytes:
     return (json.dumps({"jsonrpc": "2.0", "id": INIT_ID, "method": "initialize", "params": params}) + "\n").encode()
 
 
-_early: dict[str, tuple[Key, Spawned]] = {}
+class EarlyStarts:
+    """Servers started before omega imported the SDK, each waiting for its first connection to adopt it.
 
+    A context manager: on exit, every process nobody adopted is killed with its whole group. The
+    CLI holds one for the length of a command; a restart of a server never adopts (it spawns afresh).
+    """
 
-def prespawn(config: Config) -> None:
-    """Start every enabled stdio server of `config` and send it `initialize` (best effort)."""
-    for server_name, server in config.servers.items():
-        if not server.enabled or server.command is None or server_name in _early:
-            continue
-        key = _key(server.command, server.args, server.env or None, server.cwd)
-        try:
-            spawned = spawn(server.command, server.args, server.env or None, server.cwd)
-        except OSError:
-            continue  # the supervisor will try again and report why it cannot start
-        try:
-            os.write(spawned.stdin, _initialize_request())  # a fresh pipe has room for one line
-            spawned.initialize_sent = True
-        except OSError:
-            pass
-        _early[server_name] = (key, spawned)
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[Key, Spawned]] = {}
 
+    def __enter__(self) -> Self:
+        return self
 
-def adopt(
-    server_name: str, command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None
-) -> Spawned | None:
-    """The process `prespawn()` started for this server, if its command line is still this one."""
-    early = _early.get(server_name)
-    if early is None or early[0] != _key(command, args, env, cwd):
-        return None
-    del _early[server_name]
-    return early[1]
+    def __exit__(self, *exc_info: object) -> None:
+        self.discard_all()
 
+    def start(self, config: Config) -> None:
+        """Start every enabled stdio server of `config` and send it `initialize` (best effort)."""
+        for server_name, server in config.servers.items():
+            if not server.enabled or server.command is None or server_name in self._waiting:
+                continue
+            key = _key(server.command, server.args, server.env or None, server.cwd)
+            try:
+                spawned = spawn(server.command, server.args, server.env or None, server.cwd)
+            except OSError:
+                continue  # the supervisor will try again and report why it cannot start
+            try:
+                os.write(spawned.stdin, _initialize_request())  # a fresh pipe has room for one line
+                spawned.initialize_sent = True
+            except OSError:
+                pass
+            self._waiting[server_name] = (key, spawned)
 
-def discard_all() -> None:
-    """Kill the prespawned processes nobody adopted (their whole groups) and close their pipes."""
-    while _early:
-        _, (_, spawned) = _early.popitem()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(spawned.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            spawned.process.wait(timeout=2)
-        for fd in (spawned.stdin, spawned.stdout, spawned.stderr):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    def adopt(
+        self,
+        server_name: str,
+        command: str,
+        args: Sequence[str],
+        env: Mapping[str, str] | None,
+        cwd: str | Path | None,
+    ) -> Spawned | None:
+        """The process `start()` started for this server, if its command line is still this one."""
+        early = self._waiting.get(server_name)
+        if early is None or early[0] != _key(command, args, env, cwd):
+            return None
+        del self._waiting[server_name]
+        return early[1]
+
+    def discard_all(self) -> None:
+        """Kill the processes nobody adopted (their whole groups) and close their pipes."""
+        while self._waiting:
+            _, (_, spawned) = self._waiting.popitem()
+            signal_group(spawned.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spawned.process.wait(timeout=2)
+            for fd in (spawned.stdin, spawned.stdout, spawned.stderr):
+                with contextlib.suppress(OSError):
+                    os.close(fd)

@@ -2,7 +2,7 @@
 
 `DownstreamSpec.from_config` turns a validated `[servers.NAME]` entry into one: a stdio command
 (`StdioServerParameters`, env merged over the SDK's safe defaults when started) or a URL; tests
-pass an in-process `Server` or a transport factory instead. `tools` are allow globs and
+pass a transport factory instead (an in-process server's, for one). `tools` are allow globs and
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
 `usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
 invalid or missing `inputSchema`, an empty name, a name listed twice) is skipped with a warning
@@ -14,28 +14,25 @@ from __future__ import annotations
 import fnmatch
 import logging
 from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
-from mcp.server.lowlevel import Server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
-from mcp.shared.message import SessionMessage
 from mcp_types.methods import validate_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from omega_mcp._sdk import Transport
 from omega_mcp.config import ServerConfig
+from omega_mcp.narrow import as_object
 
-__all__ = ["Catalog", "DownstreamSpec", "Streams", "Target", "usable_tools"]
+__all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
 
 logger = logging.getLogger(__name__)
 
-Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
-Target = Server[Any] | StdioServerParameters | str | Callable[[], AbstractAsyncContextManager[Streams]]
-"""What a downstream is: an in-process `Server` (tests), a stdio command, a URL, or a transport factory."""
+Target = StdioServerParameters | str | Callable[[], Transport]
+"""What a downstream is: a stdio command, a URL, or a transport factory (tests connect in-process servers so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +90,6 @@ class Catalog:
     resource_templates: tuple[types.ResourceTemplate, ...] = ()
 
 
-_warned: set[tuple[str, str]] = set()
 # Results are checked against each version's schema when omega sends them upstream: a tool that
 # fails any of them would fail the whole tools/list of a client speaking that version.
 _SURFACES: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -102,11 +98,10 @@ _SURFACES: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def _skip(server_name: str, message: str) -> None:
+def _skip(server_name: str, message: str, warned: set[str]) -> None:
     # Warned once per server and problem: a re-list after every list_changed must not flood the log.
-    key = (server_name, message)
-    logger.log(logging.DEBUG if key in _warned else logging.WARNING, "server %s: %s", server_name, message)
-    _warned.add(key)
+    logger.log(logging.DEBUG if message in warned else logging.WARNING, "server %s: %s", server_name, message)
+    warned.add(message)
 
 
 def _problem(item: object) -> str | None:
@@ -134,19 +129,23 @@ def _parse(item: object) -> types.Tool | str:
         return str(exc.errors()[0]["msg"])
 
 
-def usable_tools(server_name: str, raw: list[object], seen: set[str]) -> list[types.Tool]:
-    """The tools of one raw `tools/list` page that a client can use; `seen` collects the names so far."""
+def usable_tools(server_name: str, raw: list[object], seen: set[str], warned: set[str]) -> list[types.Tool]:
+    """The tools of one raw `tools/list` page that a client can use; `seen` collects the names so far.
+
+    `warned` holds the problems already logged for this server (the supervisor keeps it across
+    restarts): each is a warning once, and debug after that.
+    """
     tools: list[types.Tool] = []
     for item in raw:
         tool = _parse(item)
-        name = cast(dict[str, object], item).get("name") if isinstance(item, dict) else None
+        name = as_object(item).get("name")
         label = repr(name) if isinstance(name, str) else "without a name"
         if isinstance(tool, str):
-            _skip(server_name, f"skipping tool {label}: {tool}")
+            _skip(server_name, f"skipping tool {label}: {tool}", warned)
         elif not tool.name:
-            _skip(server_name, "skipping a tool with an empty name")
+            _skip(server_name, "skipping a tool with an empty name", warned)
         elif tool.name in seen:
-            _skip(server_name, f"lists tool {label} twice; only the first is exported")
+            _skip(server_name, f"lists tool {label} twice; only the first is exported", warned)
         else:
             seen.add(tool.name)
             tools.append(tool)

@@ -15,20 +15,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 from collections import deque
 from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from types import TracebackType
-from typing import Any
+from contextlib import asynccontextmanager
 
 import anyio
+from anyio import AsyncContextManagerMixin
 from mcp.client.stdio import StdioServerParameters
 
 from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
-from omega_mcp.proxy import spawn
-from omega_mcp.proxy.spawn import Spawned
+from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
+from omega_mcp.sandbox.processes import terminate_group
 
 __all__ = ["StdioTransport"]
 
@@ -44,24 +42,15 @@ _STDERR_TAIL_LINES = 20
 _STDERR_LINE_LIMIT = 8192
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # EPERM proves nothing about the group being gone
-    return True
-
-
-class StdioTransport:
+class StdioTransport(AsyncContextManagerMixin):
     """An async context manager yielding `(read_stream, write_stream)` for one server process.
 
     Raises on enter:
         OSError: the command cannot be started (not found, not executable, bad cwd).
     """
 
-    def __init__(self, params: StdioServerParameters, *, server_name: str) -> None:
+    def __init__(self, params: StdioServerParameters, *, server_name: str, early: EarlyStarts | None = None) -> None:
+        self._early = early
         self.params = params
         self.server_name = server_name
         self.label = f"[{server_name}]"
@@ -71,35 +60,25 @@ class StdioTransport:
         self.exited_by_itself = False
         """Whether the server exited (or closed stdout) before omega asked it to stop."""
         self.early_initialize = False
-        """Whether `initialize` was already sent by `spawn.prespawn` (its answer is the first to read)."""
+        """Whether `initialize` was already sent by `EarlyStarts.start` (its answer is the first to read)."""
         self._stopping = False
         self._stopped = False
         self._open_fds: set[int] = set()
-        self._cm: AbstractAsyncContextManager[Any] | None = None
-
-    async def __aenter__(self) -> tuple[PipeReader, PipeWriter]:
-        self._cm = self._run()
-        return await self._cm.__aenter__()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        cm, self._cm = self._cm, None
-        if cm is not None:
-            await cm.__aexit__(exc_type, exc, tb)
 
     def _spawn(self) -> Spawned:
         params = self.params
         env = params.env or None
-        spawned = spawn.adopt(self.server_name, params.command, params.args, env, params.cwd)
+        spawned = None
+        if self._early is not None:
+            spawned = self._early.adopt(self.server_name, params.command, params.args, env, params.cwd)
         if spawned is None:
-            spawned = spawn.spawn(params.command, params.args, env, params.cwd)
+            spawned = spawn(params.command, params.args, env, params.cwd)
         self.early_initialize = spawned.initialize_sent
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned
 
     @asynccontextmanager
-    async def _run(self) -> AsyncGenerator[tuple[PipeReader, PipeWriter]]:
+    async def __asynccontextmanager__(self) -> AsyncGenerator[tuple[PipeReader, PipeWriter]]:
         spawned = self._spawn()
         # No await between the spawn and the try below: a cancellation there would leak the process.
         process = spawned.process
@@ -141,27 +120,14 @@ class StdioTransport:
         writer.abort()
         self._close_fd(writer.fd)  # EOF on the server's stdin: the spec's polite "please exit"
         await self._wait_exit(process, _EXIT_GRACE_SECONDS)
-        # Even after a clean exit, children it left in its group (npx → node) must go too.
-        await self._kill_group(process)
+        # Even after a clean exit, children it left in its group (npx → node) must go too. Its pid is the
+        # group id (a new session), even once it is reaped; polling reaps it, or it would linger as a zombie.
+        await terminate_group(
+            process.pid, _KILL_GRACE_SECONDS, kill_wait_seconds=_KILL_GRACE_SECONDS, reap=process.poll
+        )
         if not await self._wait_exit(process, _KILL_GRACE_SECONDS):
             logger.warning("%s: process %s survived SIGKILL; abandoning it", self.label, process.pid)
         self._stopped = True
-
-    async def _kill_group(self, process: subprocess.Popen[bytes]) -> None:
-        """SIGTERM the server's process group, SIGKILL what is left after the grace period."""
-        pgid = process.pid  # start_new_session: the leader's pid is the group id (even once it is reaped)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                return
-            except PermissionError:
-                pass  # a member we may not signal; keep going, the wait below is bounded
-            with anyio.move_on_after(_KILL_GRACE_SECONDS):
-                while _group_alive(pgid):
-                    process.poll()  # reap the leader, or it keeps the group alive as a zombie
-                    await anyio.sleep(_POLL_SECONDS)
-                return
 
     async def _wait_exit(self, process: subprocess.Popen[bytes], seconds: float) -> bool:
         with anyio.move_on_after(seconds):

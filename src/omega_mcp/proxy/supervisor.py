@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
 import anyio.abc
+from anyio import AsyncContextManagerMixin
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -31,16 +32,32 @@ from pydantic import ValidationError
 
 from omega_mcp.config import Config
 from omega_mcp.errors import first_leaf
-from omega_mcp.names import normalize
-from omega_mcp.proxy.calls import error, forward_call
+from omega_mcp.names import server_prefixes
+from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
+from omega_mcp.results import Wire, error_wire
 
 __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
 
+
+class _Demote(logging.Filter):
+    """Turns the SDK client transports' own log records into debug records (while omega supervises).
+
+    They log every failed connection attempt as an error with its traceback; omega reports the
+    reason itself, once, in one line ("server X is down: ..."), and retries.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_DEMOTED = ("mcp.client.sse", "mcp.client.streamable_http")
 
 ServerState = Literal["connecting", "connected", "failed", "restarting", "disabled"]
 
@@ -68,10 +85,12 @@ class _Entry:
     catalog: Catalog = field(default_factory=Catalog)
     tools_by_name: Mapping[str, types.Tool] | None = None
     settled: bool = False
+    warned: set[str] = field(default_factory=set[str])
+    """Problems with this server's tool list already logged (once each, across restarts)."""
 
 
-class Downstreams:
-    """The downstream servers of one omega process (implements `toolbox.Downstreams`).
+class Downstreams(AsyncContextManagerMixin):
+    """The downstream servers of one omega process (implements `toolbox.DownstreamTools`).
 
     Use as an async context manager: entering starts every supervisor and returns at once;
     exiting stops them, and every downstream process with them.
@@ -85,7 +104,10 @@ class Downstreams:
         backoff_seconds: float = 1.0,
         backoff_max_seconds: float = 60.0,
         stable_seconds: float = 30.0,
+        early: EarlyStarts | None = None,
     ) -> None:
+        """`early` holds servers the CLI started before the SDK loaded; first connections adopt them."""
+        self._early = early
         self._entries = {
             spec.server_name: _Entry(spec, state="connecting" if spec.enabled else "disabled") for spec in specs
         }
@@ -105,23 +127,31 @@ class Downstreams:
         """One spec per `[servers.NAME]` entry, in config order."""
         return cls([DownstreamSpec.from_config(name, entry) for name, entry in config.servers.items()], **options)
 
-    async def __aenter__(self) -> Self:
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        for entry in self._entries.values():
-            if entry.spec.enabled:
-                task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
-        self._task_group = task_group
-        return self
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
+        demote = _Demote()
+        for name in _DEMOTED:
+            logging.getLogger(name).addFilter(demote)
+        try:
+            async with self._supervisors():
+                yield self
+        finally:
+            for name in _DEMOTED:
+                logging.getLogger(name).removeFilter(demote)
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        task_group, self._task_group = self._task_group, None
-        if task_group is not None:
-            # Each session closes under its own shielded, bounded cleanup while this unwinds.
-            task_group.cancel_scope.cancel()
-            await task_group.__aexit__(exc_type, exc, tb)
+    @asynccontextmanager
+    async def _supervisors(self) -> AsyncGenerator[None]:
+        async with anyio.create_task_group() as task_group:
+            for entry in self._entries.values():
+                if entry.spec.enabled:
+                    task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
+            self._task_group = task_group
+            try:
+                yield
+            finally:
+                self._task_group = None
+                # Each session closes under its own shielded, bounded cleanup while this unwinds.
+                task_group.cancel_scope.cancel()
 
     # -- supervision -------------------------------------------------------------------------
 
@@ -145,7 +175,7 @@ class Downstreams:
     async def _run_session(self, entry: _Entry) -> tuple[float | None, str]:
         """Connect, publish, follow notifications until the connection ends; returns why it ended."""
         spec = entry.spec
-        session = entry.attempt = DownstreamSession(spec)
+        session = entry.attempt = DownstreamSession(spec, warned=entry.warned, early=self._early)
         connected_at: float | None = None
         with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
             try:
@@ -159,12 +189,10 @@ class Downstreams:
                     finally:
                         self._unpublish(entry, session)
             except Exception as exc:  # any failure of one server is that server's state, not ours
-                return connected_at, self._failure(session, first_leaf(exc))
+                return connected_at, session.failure(first_leaf(exc))
         if connect_scope.cancelled_caught:
-            return None, self._with_exit(
-                session, f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)"
-            )
-        return connected_at, self._with_exit(session, session.close_reason or "the connection ended")
+            return None, session.with_exit(f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)")
+        return connected_at, session.with_exit(session.close_reason or "the connection ended")
 
     async def _follow(self, entry: _Entry, session: DownstreamSession) -> None:
         while True:
@@ -185,27 +213,6 @@ class Downstreams:
                 logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
                 continue
             self._publish(entry, session, catalog)
-
-    def _with_exit(self, session: DownstreamSession, reason: str) -> str:
-        stdio = session.stdio
-        if stdio is not None and stdio.exited_by_itself:
-            return f"{reason} ({stdio.exit_detail()})"
-        return reason
-
-    def _failure(self, session: DownstreamSession, exc: BaseException) -> str:
-        if isinstance(exc, OSError) and session.stdio is not None and session.stdio.pid is None:
-            return f"cannot start {session.stdio.params.command!r}: {exc.strerror or exc}"
-        if isinstance(exc, MCPError):
-            if exc.code == types.CONNECTION_CLOSED:
-                return self._with_exit(session, "the connection closed during the handshake")
-            return self._with_exit(session, f"handshake failed: {exc.message}")
-        if isinstance(exc, ValidationError):  # an answer that is no MCP
-            problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"]) or exc.title
-            return self._with_exit(session, f"the server's {exc.title} is invalid: `{where}`: {problem['msg']}")
-        if isinstance(session.spec.target, str):
-            return f"cannot reach {session.spec.target}: {type(exc).__name__}: {exc}"
-        return self._with_exit(session, f"{type(exc).__name__}: {exc}")
 
     def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
         name = entry.spec.server_name
@@ -337,30 +344,9 @@ class Downstreams:
         for server_name, entry in self._entries.items():
             if entry.session is not None:
                 continue
-            prefixes = (f"mcp__{normalize(server_name)}__", f"{server_name}.", f"{server_name}__")
-            if name.startswith(prefixes):
+            if name.startswith(server_prefixes(server_name)):
                 return self.down_message(server_name)
         return None
-
-    async def call_tool_wire(
-        self,
-        server_name: str,
-        tool_name: str,
-        arguments: dict[str, Any],
-        *,
-        progress: ProgressFnT | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Forward one call and return the downstream's result as wire JSON, untouched.
-
-        Failures (down server, timeout, lost connection, a JSON-RPC error) are isError results.
-        """
-        entry = self._entries.get(server_name)
-        if entry is None:
-            return error(f"no downstream server named {server_name!r}")
-        if entry.session is None:
-            return error(self.down_message(server_name))
-        return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
 
     async def call_tool(
         self,
@@ -370,14 +356,17 @@ class Downstreams:
         *,
         progress: ProgressFnT | None = None,
         meta: Mapping[str, Any] | None = None,
-    ) -> types.CallToolResult:
-        """Like `call_tool_wire`, as an SDK model (for the agent loop and the CLI)."""
-        raw = await self.call_tool_wire(server_name, tool_name, arguments, progress=progress, meta=meta)
-        try:
-            return types.CallToolResult.model_validate(raw, by_name=False)
-        except ValidationError as exc:
-            text = f"server {server_name} returned an invalid result for {tool_name}: {exc.errors()[0]['msg']}"
-            return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+    ) -> Wire:
+        """Forward one call and return the downstream's result as wire JSON, untouched.
+
+        Failures (down server, timeout, lost connection, a JSON-RPC error) are isError results.
+        """
+        entry = self._entries.get(server_name)
+        if entry is None:
+            return error_wire(f"no downstream server named {server_name!r}")
+        if entry.session is None:
+            return error_wire(self.down_message(server_name))
+        return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
 
     # -- prompts and resources (rules in proxy_catalog) ---------------------------------------
 

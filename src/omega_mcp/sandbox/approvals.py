@@ -4,49 +4,29 @@ Only a write refused for being outside the writable roots (`PathDeniedError.aska
 user; the blocklist never is. An approval becomes a grant for exactly that lexical path in `Grants`,
 consumed by the one write it was asked for (in `paths.open_write_parent`, when the parent directory
 is opened, which then refuses every symbolic link on the way so the write lands exactly at the path
-the user saw) and ignored after `GRANT_SECONDS`. The user is asked through MCP form elicitation on
-handshake-era connections only (2026-07-28 has no server-to-client requests; its input-required
-flow is not implemented), bounded by `ASK_SECONDS`; no answer, a decline or no way to ask is a denial.
+the user saw) and ignored after `GRANT_SECONDS`. How the user is asked is the front-end's business: an
+`Approver` callback (MCP elicitation lives in `server/approver.py`); no answer, a decline or no way to
+ask is a denial. Nothing here knows MCP.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio
-from mcp import types
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import PathDeniedError
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-if TYPE_CHECKING:
-    from mcp.server.session import ServerSession
-
-__all__ = [
-    "ASK_SECONDS",
-    "GRANT_SECONDS",
-    "Approver",
-    "Grants",
-    "approval_question",
-    "elicitation_approver",
-    "with_approval",
-]
-
-logger = logging.getLogger(__name__)
+__all__ = ["GRANT_SECONDS", "Approver", "Grants", "approval_question", "with_approval"]
 
 Approver = Callable[[str], Awaitable[bool]]
 """Asks the user whether omega may write this path once: True only on an explicit approval."""
 
 GRANT_SECONDS = 300.0
-ASK_SECONDS = 120.0
-
-_EMPTY_FORM: types.ElicitRequestedSchema = {"type": "object", "properties": {}}  # accept / decline, no fields
 
 
 class Grants:
@@ -105,34 +85,3 @@ async def with_approval(
         raise PathDeniedError(denied.path, f"{denied.reason}; the user did not approve this write")
     grants.grant(path)
     return await anyio.to_thread.run_sync(attempt, grants) + " — approved by the user for this one write"
-
-
-def _can_elicit_form(session: ServerSession) -> bool:
-    caps = session.client_capabilities
-    if caps is None or caps.elicitation is None:
-        return False
-    # `elicitation: {}` means form mode (the pre-2025-11-25 shape); a url-only client cannot show a form.
-    return caps.elicitation.form is not None or caps.elicitation.url is None
-
-
-def elicitation_approver(session: ServerSession, request_id: types.RequestId | None) -> Approver | None:
-    """An approver asking the client's user through form elicitation, or None if this client cannot be asked."""
-    if (
-        session.protocol_version in MODERN_PROTOCOL_VERSIONS
-        or not session.can_send_request  # e.g. stateless HTTP: no channel back to the client
-        or not _can_elicit_form(session)
-    ):
-        return None
-
-    async def approve(path: str) -> bool:
-        with anyio.move_on_after(ASK_SECONDS):
-            try:
-                result = await session.elicit_form(approval_question(path), _EMPTY_FORM, related_request_id=request_id)
-            except Exception as exc:  # boundary: a client that fails to answer has not approved anything
-                logger.info("write approval for %s was not answered: %s", path, exc)
-                return False
-            return result.action == "accept"
-        logger.info("write approval for %s timed out after %.0f s", path, ASK_SECONDS)
-        return False
-
-    return approve

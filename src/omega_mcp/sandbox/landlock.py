@@ -59,25 +59,28 @@ SCOPE_SIGNAL = 1 << 1
 
 
 # The same definitions as ctypes.c_long & co. Arguments go through these (never bare ints, which
-# ctypes passes as 32-bit C ints) so 64-bit syscall and prctl arguments are well defined.
-class c_long(_ctypes._SimpleCData):  # pyright: ignore[reportMissingTypeArgument]
-    _type_ = "l"
+# ctypes passes as 32-bit C ints) so 64-bit syscall and prctl arguments are well defined. The type
+# checker sees the public ctypes classes they duplicate (the runtime base, `_SimpleCData`, is private).
+if TYPE_CHECKING:
+    from ctypes import c_int32 as _c_int32
+    from ctypes import c_long, c_ulong, c_void_p
+    from ctypes import c_uint64 as _c_uint64
+else:
 
+    class c_long(_ctypes._SimpleCData):
+        _type_ = "l"
 
-class c_ulong(_ctypes._SimpleCData):  # pyright: ignore[reportMissingTypeArgument]
-    _type_ = "L"
+    class c_ulong(_ctypes._SimpleCData):
+        _type_ = "L"
 
+    class c_void_p(_ctypes._SimpleCData):
+        _type_ = "P"
 
-class c_void_p(_ctypes._SimpleCData):  # pyright: ignore[reportMissingTypeArgument]
-    _type_ = "P"
+    class _c_uint64(_ctypes._SimpleCData):
+        _type_ = "Q"
 
-
-class _c_uint64(_ctypes._SimpleCData):  # pyright: ignore[reportMissingTypeArgument]
-    _type_ = "Q"
-
-
-class _c_int32(_ctypes._SimpleCData):  # pyright: ignore[reportMissingTypeArgument]
-    _type_ = "i"
+    class _c_int32(_ctypes._SimpleCData):
+        _type_ = "i"
 
 
 class _CFunction(_ctypes.CFuncPtr):

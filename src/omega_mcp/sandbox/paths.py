@@ -1,22 +1,21 @@
-"""Symlink-safe path containment for the file tools (read, write, edit).
+"""Symlink-safe path containment for the file tools (read, write, edit): the policy-facing half.
 
 A path check is never a string test and never "realpath, then open by name": writes open the
 parent directory relative to an fd of the allowed root with `openat2(RESOLVE_BENEATH |
-RESOLVE_NO_MAGICLINKS)` (fallback without openat2: a component walk that refuses symlinks), and
-every later operation (create, temp file, rename) goes through that directory fd, so a symlink
-swapped in mid-call cannot redirect it. The roots themselves are opened where they were when omega
-started (`SandboxPolicy.pinned_roots`), through no symbolic link, so a root that bash could rename
-(one inside `/tmp`) cannot be turned into a link to elsewhere between calls. The blocklist (system
-dirs, omega's config and state) is checked on the lexical path *and* on the real location of the
-opened fd. A write the user approved
-outside the roots (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it
-lands exactly at the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token
-file, checked the same two ways. All functions here block: call them from a worker thread.
+RESOLVE_NO_MAGICLINKS)` (fallback without openat2: a component walk that refuses symlinks; both in
+`sandbox/beneath.py`), and every later operation (create, temp file, rename) goes through that
+directory fd, so a symlink swapped in mid-call cannot redirect it. The roots themselves are opened
+where they were when omega started (`SandboxPolicy.pinned_roots`), through no symbolic link, so a
+root that bash could rename (one inside `/tmp`) cannot be turned into a link to elsewhere between
+calls. The blocklist (system dirs, omega's config and state) is checked on the lexical path *and* on
+the real location of the opened fd. A write the user approved outside the roots
+(`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it lands exactly at
+the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token file, checked
+the same two ways. All functions here block: call them from a worker thread.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
+from omega_mcp.sandbox.beneath import make_exact, open_beneath, open_exact, real_fd_path, walk
 from omega_mcp.sandbox.policy import SYSTEM_DIRS, SandboxPolicy
 
 if TYPE_CHECKING:
@@ -46,56 +46,6 @@ __all__ = [
 
 MAX_PATH_BYTES = 4096
 DEV_NULL = Path("/dev/null")
-
-_SYS_OPENAT2 = 437  # same number on every architecture (generic syscall table)
-_RESOLVE_NO_MAGICLINKS = 0x02
-_RESOLVE_NO_SYMLINKS = 0x04
-_RESOLVE_BENEATH = 0x08
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-_EAGAIN_RETRIES = 8
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_openat2_usable: bool | None = None  # probed once; tests flip it to exercise the fallback walk
-
-
-def _openat2(dir_fd: int, rel: str, resolve: int) -> int:
-    """openat2(dir_fd, rel, O_PATH|O_DIRECTORY, resolve); raises OSError like `os.open`."""
-    how = _OpenHow(_DIR_FLAGS, 0, resolve)
-    encoded = os.fsencode(rel)
-    for _ in range(_EAGAIN_RETRIES):  # EAGAIN: a concurrent rename raced a `..` lookup; retry is the documented fix
-        fd = int(
-            _syscall(
-                ctypes.c_long(_SYS_OPENAT2),
-                ctypes.c_int(dir_fd),
-                ctypes.c_char_p(encoded),
-                ctypes.byref(how),
-                ctypes.c_size_t(ctypes.sizeof(how)),
-            )
-        )
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err != errno.EAGAIN:
-            raise OSError(err, os.strerror(err), rel)
-    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
-
-
-def _have_openat2() -> bool:
-    global _openat2_usable  # noqa: PLW0603 - a process-wide probe result
-    if _openat2_usable is None:
-        try:
-            os.close(_openat2(-100, "/", 0))  # AT_FDCWD
-            _openat2_usable = True
-        except OSError as exc:  # ENOSYS: old kernel; EPERM: a seccomp filter (containers)
-            _openat2_usable = exc.errno not in (errno.ENOSYS, errno.EPERM)
-    return _openat2_usable
 
 
 def resolve_path(policy: SandboxPolicy, file_path: str) -> Path:
@@ -154,13 +104,6 @@ def _roots_text(policy: SandboxPolicy) -> str:
     return ", ".join(str(r) for r in policy.file_write_roots) + " (except omega's configuration and state)"
 
 
-def _real_fd_path(fd: int, fallback: Path) -> Path:
-    try:
-        return Path(os.readlink(f"/proc/self/fd/{fd}"))
-    except OSError:  # /proc not mounted: the best remaining answer
-        return Path(os.path.realpath(fallback))
-
-
 @dataclass(frozen=True, slots=True)
 class ParentDir:
     """An open directory fd (O_PATH) for the parent of a write target, and the target's entry name in it."""
@@ -180,37 +123,6 @@ def _deny_escape(policy: SandboxPolicy, path: Path, root: Path, exc: OSError) ->
         f"the path leaves the writable root {root} through {what}; writable ({policy.mode} mode): "
         f"{_roots_text(policy)}",
     )
-
-
-def _walk(dir_fd: int, parts: tuple[str, ...], *, follow: bool) -> int:
-    """Fallback without openat2: open each component; a symlink is refused unless `follow` (rwx mode)."""
-    fd = os.dup(dir_fd)
-    try:
-        for part in parts:
-            flags = _DIR_FLAGS if follow else _DIR_FLAGS | os.O_NOFOLLOW
-            try:
-                nxt = os.open(part, flags, dir_fd=fd)
-            except NotADirectoryError:
-                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    raise OSError(errno.EXDEV, "symbolic link component refused", part) from None
-                raise
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _open_beneath(root_fd: int, parts: tuple[str, ...], *, contained: bool, exact: bool) -> int:
-    """Open `parts` below `root_fd`: beneath it if `contained`, through no symbolic link at all if `exact`."""
-    if not parts:
-        return os.dup(root_fd)
-    if _have_openat2():
-        resolve = _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_SYMLINKS if exact else _RESOLVE_BENEATH if contained else 0)
-        return _openat2(root_fd, "/".join(parts), resolve)
-    return _walk(root_fd, parts, follow=not (contained or exact))
 
 
 def _pinned(policy: SandboxPolicy, root: Path) -> Path:
@@ -241,42 +153,17 @@ def _pick_root(policy: SandboxPolicy, path: Path) -> tuple[Path, Path]:
     return root, alias
 
 
-def _open_exact(real: Path) -> int:
-    """Open the absolute directory `real` through no symbolic link at all."""
-    if _have_openat2():
-        return _openat2(-100, str(real), _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)  # AT_FDCWD
-    top = os.open("/", _DIR_FLAGS)
-    try:
-        return _walk(top, real.parts[1:], follow=False)
-    finally:
-        os.close(top)
-
-
-def _make_exact(real: Path) -> None:
-    """Create the missing directories of `real`, component by component, never through a symbolic link."""
-    fd = os.open("/", _DIR_FLAGS)
-    try:
-        for part in real.parts[1:]:
-            with suppress(FileExistsError):
-                os.mkdir(part, 0o777, dir_fd=fd)
-            nxt = _walk(fd, (part,), follow=False)
-            os.close(fd)
-            fd = nxt
-    finally:
-        os.close(fd)
-
-
 def _open_root(policy: SandboxPolicy, root: Path, path: Path, *, create: bool) -> int:
     """Open a write root where it was when omega started; a symbolic link swapped in since is refused."""
     real = _pinned(policy, root)
     try:
         try:
-            return _open_exact(real)
+            return open_exact(real)
         except FileNotFoundError:
             if not create:
                 raise
-        _make_exact(real)  # a configured root that does not exist yet
-        return _open_exact(real)
+        make_exact(real)  # a configured root that does not exist yet
+        return open_exact(real)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.ELOOP):
             raise
@@ -294,7 +181,7 @@ def _open_parent_fd(
     root_fd = _open_root(policy, root, path, create=create)
     try:
         try:
-            return _open_beneath(root_fd, rel, contained=contained, exact=exact)
+            return open_beneath(root_fd, rel, contained=contained, exact=exact)
         except FileNotFoundError:
             if not create:
                 raise
@@ -303,17 +190,17 @@ def _open_parent_fd(
         depth = len(rel) - 1
         while True:
             try:
-                fd = _open_beneath(root_fd, rel[:depth], contained=contained, exact=exact)
+                fd = open_beneath(root_fd, rel[:depth], contained=contained, exact=exact)
                 break
             except FileNotFoundError:
                 depth -= 1
         try:
-            real = _real_fd_path(fd, root.joinpath(*rel[:depth]))
+            real = real_fd_path(fd, root.joinpath(*rel[:depth]))
             _check_write_allowed(policy, real.joinpath(*rel[depth:], path.name), path)
             for part in rel[depth:]:
                 with suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=fd)
-                nxt = _walk(fd, (part,), follow=False)  # just created by us: a symlink here is an attack
+                nxt = walk(fd, (part,), follow=False)  # just created by us: a symlink here is an attack
                 os.close(fd)
                 fd = nxt
             return fd
@@ -369,7 +256,7 @@ def open_write_parent(
             raise _deny_escape(policy, path, root, exc) from None
         raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
     try:
-        real = _real_fd_path(fd, path.parent) / path.name
+        real = real_fd_path(fd, path.parent) / path.name
         _check_write_allowed(policy, real, path)
         if exact and real != path:  # cannot happen without a symlink on the way; checked all the same
             raise PathDeniedError(str(path), f"{_NOT_EXACT} (really {real}); nothing was written")
@@ -397,7 +284,7 @@ def check_read_fd(policy: SandboxPolicy, fd: int, path: Path) -> None:
     Raises:
         PathDeniedError: the fd is a denied file, whatever name or link led to it.
     """
-    reason = _read_block_reason(policy, _real_fd_path(fd, path))
+    reason = _read_block_reason(policy, real_fd_path(fd, path))
     if reason is None:
         with suppress(OSError):
             token = os.stat(policy.token_file)
@@ -445,7 +332,7 @@ def open_readable(policy: SandboxPolicy, path: Path) -> int:
     try:
         check_read_fd(policy, pfd, path)
         st = os.fstat(pfd)
-        if not stat.S_ISREG(st.st_mode) and _real_fd_path(pfd, path) != DEV_NULL:
+        if not stat.S_ISREG(st.st_mode) and real_fd_path(pfd, path) != DEV_NULL:
             raise ToolError(not_regular_message(path, st.st_mode))
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from omega_mcp.names import tool_prefix
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["hub_instructions"]
@@ -32,7 +33,7 @@ def hub_instructions(policy: SandboxPolicy, sandbox: dict[str, Any], server_name
     if sandbox.get("refusal"):
         lines.append(f"bash is unavailable here: {sandbox['refusal']}")
     if server_names:
-        listed = ", ".join(f"{name} (mcp__{name}__*)" for name in server_names)
+        listed = ", ".join(f"{name} ({tool_prefix(name)}*)" for name in server_names)
         lines.append(
             f"Downstream MCP servers: {listed}. A server that is down answers its tools with an error until "
             "omega reconnects it."

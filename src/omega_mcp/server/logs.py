@@ -11,43 +11,17 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
-from mcp import types
 from mcp.server.connection import Connection
 
-__all__ = ["LogForwarder", "python_level"]
+from omega_mcp.loglevels import mcp_level, python_level
 
-_PYTHON_LEVELS: dict[types.LoggingLevel, int] = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO + 5,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL + 5,
-    "emergency": logging.CRITICAL + 10,
-}
-for _name in ("notice", "alert", "emergency"):
-    # stderr shows a downstream's notice as NOTICE, not as "Level 25".
-    logging.addLevelName(_PYTHON_LEVELS[_name], _name.upper())
+__all__ = ["LogForwarder"]
+
 _QUEUE = 256
 _SEND_SECONDS = 2.0
-
-
-def python_level(level: str) -> int:
-    """The `logging` level of an MCP level name (syslog's eight)."""
-    return _PYTHON_LEVELS.get(cast(types.LoggingLevel, level), logging.INFO)
-
-
-def _mcp_level(levelno: int) -> types.LoggingLevel:
-    chosen: types.LoggingLevel = "debug"
-    for name, number in _PYTHON_LEVELS.items():
-        if levelno >= number:
-            chosen = name
-    return chosen
 
 
 class _QueueHandler(logging.Handler):
@@ -103,7 +77,7 @@ class LogForwarder:
                 try:
                     # Connection.log is marked deprecated (the 2026 era dropped logging); the
                     # handshake-era notification it would send is exactly this one.
-                    params = {"level": _mcp_level(levelno), "logger": _short(name), "data": message}
+                    params = {"level": mcp_level(levelno), "logger": _short(name), "data": message}
                     await connection.notify("notifications/message", params)
                 except Exception:  # boundary: a gone client must not stop delivery to others
                     self._levels.pop(connection, None)

@@ -6,8 +6,9 @@ leave the Toolbox; an unknown tool name is the one JSON-RPC error (INVALID_PARAM
 `Unknown tool` plus the closest names), as the MCP spec prescribes. On handshake-era connections
 `tools/call` takes a fast path (a server middleware, before the SDK's model validation) and a
 downstream's result is handed back unparsed; over stdio, calls to stdio servers go further, through
-the relay (relay.py). List changes reach handshake-era clients as `notifications/*/list_changed`
-and 2026-era clients through `subscriptions/listen`; downstream prompts and resources are re-exported.
+the relay (`fastpath/relay.py`, installed by `server/stdio.py`). List changes reach handshake-era
+clients as `notifications/*/list_changed` and 2026-era clients through `subscriptions/listen`;
+downstream prompts and resources are re-exported. A new transport to serve on goes in `server/`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import weakref
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from mcp import types
@@ -35,17 +36,16 @@ from mcp.server.subscriptions import (
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from omega_mcp import __version__
+from omega_mcp._sdk import connection_of
 from omega_mcp.errors import UnknownToolError
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
-from omega_mcp.fastpath.relay import Relay
+from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.sandbox.approvals import elicitation_approver
+from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.logs import LogForwarder
-from omega_mcp.server.stdio import stdio_streams
 from omega_mcp.toolbox import Toolbox
+from omega_mcp.version import __version__
 
-__all__ = ["OmegaServer", "build_server", "run_stdio"]
+__all__ = ["OmegaServer", "build_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +98,7 @@ class OmegaServer(Server[Any]):
         self.middleware = [self._fast_call_tool]
 
     def _remember(self, session: ServerSession) -> None:
-        # Dropped with the connection; the SDK exposes no public way from a request to its connection.
-        self._connections.add(session._connection)  # pyright: ignore[reportPrivateUsage]
+        self._connections.add(connection_of(session))  # dropped with the connection (a weak set)
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -133,14 +132,13 @@ class OmegaServer(Server[Any]):
         ):
             return await call_next(ctx)
         name, raw_arguments, raw_meta = params.get("name"), params.get("arguments"), params.get("_meta")
+        arguments, meta = object_or_none(raw_arguments), object_or_none(raw_meta)
         if (
             not isinstance(name, str)
-            or not (raw_arguments is None or isinstance(raw_arguments, dict))
-            or not (raw_meta is None or isinstance(raw_meta, dict))
+            or (raw_arguments is not None and arguments is None)
+            or (raw_meta is not None and meta is None)
         ):
             return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
-        arguments = cast(dict[str, Any] | None, raw_arguments)
-        meta = cast(dict[str, Any] | None, raw_meta)
         self._remember(ctx.session)
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
         try:
@@ -196,7 +194,7 @@ class OmegaServer(Server[Any]):
 
     async def _on_set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
         self._remember(ctx.session)
-        self.logs.set_level(ctx.session._connection, params.level)  # pyright: ignore[reportPrivateUsage]
+        self.logs.set_level(connection_of(ctx.session), params.level)
         return types.EmptyResult()
 
     # -- change notifications ----------------------------------------------------------------
@@ -280,24 +278,9 @@ class OmegaServer(Server[Any]):
 def build_server(
     toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
 ) -> OmegaServer:
-    """The MCP server for a (started) Toolbox; prompts and resources come from `catalog`.
+    """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
-    `catalog` defaults to the Toolbox's downstreams when they are a `proxy.Downstreams`.
+    Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
+    empty: a hub always answers prompts/list, resources/list and completion.
     """
-    if catalog is None:
-        # Without downstream servers the lists are simply empty: a hub always answers
-        # prompts/list, resources/list and completion (an empty catalog needs no starting).
-        catalog = toolbox.downstreams if isinstance(toolbox.downstreams, Downstreams) else Downstreams([])
-    return OmegaServer(toolbox, catalog=catalog, instructions=instructions)
-
-
-async def run_stdio(server: OmegaServer) -> None:
-    """Serve one client over stdin/stdout until it disconnects.
-
-    With downstream servers, handshake-era tools/call to stdio servers go through the relay.
-    """
-    async with stdio_streams() as (read_stream, write_stream), anyio.create_task_group() as task_group:
-        if server.catalog is not None and isinstance(read_stream, PipeReader) and isinstance(write_stream, PipeWriter):
-            read_stream.intercept = Relay(server.toolbox, server.catalog, write_stream, task_group).from_client
-        await server.run(read_stream, write_stream, server.initialization_options())
-        task_group.cancel_scope.cancel()
+    return OmegaServer(toolbox, catalog=catalog if catalog is not None else Downstreams([]), instructions=instructions)

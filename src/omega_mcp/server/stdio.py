@@ -1,5 +1,9 @@
 """The stdio server transport: newline-delimited JSON-RPC on our own stdin/stdout, without threads.
 
+`run_stdio` serves one client there; with downstream servers, handshake-era `tools/call` to stdio
+servers goes through the relay (`fastpath/relay.py`), which `serve_streams(relay=False)` leaves out
+(the SDK path it must match, compared call by call in tests/fastpath).
+
 The SDK's `stdio_server` reads and writes through worker threads (one hop per line read, two per
 message written), which is most of what a proxy hop costs. Here the pipes are non-blocking file
 descriptors read and written by `pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
@@ -20,14 +24,14 @@ from contextlib import asynccontextmanager
 
 import anyio
 from mcp.server.stdio import stdio_server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
+from omega_mcp._sdk import ReadStream, Streams, WriteStream
 from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.fastpath.relay import Relay
+from omega_mcp.server.server import OmegaServer
 
-__all__ = ["stdio_streams"]
-
-Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
+__all__ = ["run_stdio", "serve_streams", "stdio_streams"]
 
 
 def _usable(fd: int) -> bool:
@@ -73,3 +77,30 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
         os.dup2(wire_out, 1)
         os.close(wire_in)
         os.close(wire_out)
+
+
+async def serve_streams(
+    server: OmegaServer,
+    read_stream: ReadStream[SessionMessage | Exception],
+    write_stream: WriteStream[SessionMessage],
+    *,
+    relay: bool = True,
+) -> None:
+    """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams)."""
+    async with anyio.create_task_group() as task_group:
+        catalog = server.catalog
+        if (
+            relay
+            and catalog is not None
+            and isinstance(read_stream, PipeReader)
+            and isinstance(write_stream, PipeWriter)
+        ):
+            read_stream.intercept = Relay(server.toolbox, catalog, write_stream, task_group).from_client
+        await server.run(read_stream, write_stream, server.initialization_options())
+        task_group.cancel_scope.cancel()
+
+
+async def run_stdio(server: OmegaServer) -> None:
+    """Serve one client over stdin/stdout until it disconnects."""
+    async with stdio_streams() as (read_stream, write_stream):
+        await serve_streams(server, read_stream, write_stream)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
 from proxy_support import ECHO_SERVER, alive, read_pid
 
 _INITIALIZE = {

@@ -3,8 +3,6 @@ server instructions, and change delivery that survives the first client leaving.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,11 +11,8 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from proxy_support import Notifications, client, downstream, echo_tool, hub
+from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, hub
 
 
 class _Logs:
@@ -46,7 +41,7 @@ DEPRECATED_LOGGING = pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarni
 @DEPRECATED_LOGGING
 async def test_set_level_is_answered_and_downstream_logs_reach_the_client(rwx_policy: SandboxPolicy):
     logs = _Logs()
-    async with hub(rwx_policy, DownstreamSpec("loud", _logging_server())) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("loud", _logging_server())) as (_, _, server):
         async with mcp.Client(server, mode="legacy", logging_callback=logs) as c:
             assert c.server_capabilities.logging is not None
             await c.set_logging_level("warning")
@@ -61,7 +56,7 @@ async def test_set_level_is_answered_and_downstream_logs_reach_the_client(rwx_po
 @DEPRECATED_LOGGING
 async def test_no_logs_are_sent_before_the_client_asks_for_them(rwx_policy: SandboxPolicy):
     logs = _Logs()
-    async with hub(rwx_policy, DownstreamSpec("loud", _logging_server())) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("loud", _logging_server())) as (_, _, server):
         async with mcp.Client(server, mode="legacy", logging_callback=logs) as c:
             await c.call_tool("mcp__loud__echo", {"text": "x"})
             await c.send_ping()  # a round trip after the call: any notification would be here by now
@@ -88,7 +83,7 @@ def _completing_server() -> Any:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_completion_is_passed_through_to_the_prompt_owner(rwx_policy: SandboxPolicy, mode: str):
-    async with hub(rwx_policy, DownstreamSpec("names", _completing_server())) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("names", _completing_server())) as (_, _, server):
         async with client(server, mode) as c:
             done = await c.complete(types.PromptReference(name="names__greet"), {"name": "who", "value": "an"})
             with pytest.raises(MCPError, match="Unknown prompt"):
@@ -104,7 +99,7 @@ async def test_completion_of_a_server_without_completions_is_empty(rwx_policy: S
         return types.GetPromptResult(messages=[])
 
     plain = downstream("plain", on_list_prompts=list_prompts, on_get_prompt=get_prompt)
-    async with hub(rwx_policy, DownstreamSpec("plain", plain)) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("plain", plain)) as (_, _, server):
         async with client(server) as c:
             done = await c.complete(types.PromptReference(name="plain__p"), {"name": "x", "value": ""})
     assert done.completion.values == []
@@ -114,7 +109,7 @@ async def test_list_changes_still_reach_a_client_after_the_first_client_left(rwx
     tools = [echo_tool("one")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
         await ds.wait_ready()
         leader_listed, leader_done = anyio.Event(), anyio.Event()
 
@@ -140,8 +135,9 @@ async def test_list_changes_still_reach_a_client_after_the_first_client_left(rwx
 def test_the_syslog_levels_python_lacks_are_named_in_omegas_log():
     import logging
 
-    from omega_mcp.server.logs import python_level
+    from omega_mcp.loglevels import name_levels, python_level
 
+    name_levels()
     record = logging.LogRecord("omega_mcp.downstream.x", python_level("notice"), __file__, 1, "hello", None, None)
     names = [logging.getLevelName(python_level(level)) for level in ("notice", "alert", "emergency")]
     assert logging.Formatter("%(levelname)s %(message)s").format(record) == "NOTICE hello"

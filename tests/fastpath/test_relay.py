@@ -16,7 +16,6 @@ import anyio
 import mcp
 from mcp import StdioServerParameters, types
 
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
 from proxy_support import ECHO_SERVER, wait_until
 
 

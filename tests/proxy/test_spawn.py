@@ -17,15 +17,13 @@ from omega_mcp.proxy import spawn
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
 from proxy_support import ECHO_SERVER, alive, read_pid, wait_until
 
 
-@pytest.fixture(autouse=True)
-def _no_leftovers() -> Iterator[None]:
-    yield
-    spawn.discard_all()
+@pytest.fixture
+def early() -> Iterator[spawn.EarlyStarts]:
+    with spawn.EarlyStarts() as starts:
+        yield starts
 
 
 def _config(tmp_path: Path, *args: str) -> Path:
@@ -41,11 +39,13 @@ def test_the_spawn_defaults_match_the_sdk():
     assert spawn.default_environment({"TZ": "UTC"}) == get_default_environment() | {"TZ": "UTC"}
 
 
-async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(rwx_policy: SandboxPolicy, tmp_path: Path):
+async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(
+    rwx_policy: SandboxPolicy, tmp_path: Path, early: spawn.EarlyStarts
+):
     log = tmp_path / "received.jsonl"
     config = load_config(_config(tmp_path, "--log-file", str(log)))
-    spawn.prespawn(config)
-    async with Downstreams.from_config(config) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
+    early.start(config)
+    async with Downstreams.from_config(config, early=early) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
         result = await toolbox.call_tool("mcp__fx__echo", {"text": "early"})
         assert [s.state for s in downstreams.statuses()] == ["connected"]
     received = [json.loads(line) for line in log.read_text().splitlines()]
@@ -57,18 +57,18 @@ async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(rwx_p
 
 async def test_prespawned_servers_nobody_adopts_are_killed_with_their_children(tmp_path: Path):
     pid_file = tmp_path / "fx.pid"
-    spawn.prespawn(load_config(_config(tmp_path, "--pid-file", str(pid_file), "--spawn-child")))
-    await wait_until(lambda: Path(f"{pid_file}.child").exists())
-    pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
-    spawn.discard_all()
+    with spawn.EarlyStarts() as early:
+        early.start(load_config(_config(tmp_path, "--pid-file", str(pid_file), "--spawn-child")))
+        await wait_until(lambda: Path(f"{pid_file}.child").exists())
+        pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
     await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
-def test_a_changed_command_line_is_not_adopted(tmp_path: Path):
-    spawn.prespawn(load_config(_config(tmp_path)))
-    assert spawn.adopt("fx", sys.executable, [str(ECHO_SERVER), "--other"], None, None) is None
-    assert spawn.adopt("other", sys.executable, [str(ECHO_SERVER)], None, None) is None
-    adopted = spawn.adopt("fx", sys.executable, [str(ECHO_SERVER)], None, None)
+def test_a_changed_command_line_is_not_adopted(tmp_path: Path, early: spawn.EarlyStarts):
+    early.start(load_config(_config(tmp_path)))
+    assert early.adopt("fx", sys.executable, [str(ECHO_SERVER), "--other"], None, None) is None
+    assert early.adopt("other", sys.executable, [str(ECHO_SERVER)], None, None) is None
+    adopted = early.adopt("fx", sys.executable, [str(ECHO_SERVER)], None, None)
     assert adopted is not None
     adopted.process.kill()
     adopted.process.wait(timeout=5)

@@ -13,11 +13,9 @@ from omega_mcp.config import load_config
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
 from proxy_support import Notifications, alive, child_pids, client, hub, read_pid, stdio_fixture, wait_until
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).parents[2]
 
 
 async def test_the_example_config_exports_mcp_server_time_and_calls_it(rwx_policy: SandboxPolicy):

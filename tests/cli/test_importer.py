@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from omega_mcp.cli.importer import import_servers
 from omega_mcp.config import load_config
 from omega_mcp.errors import ConfigError
-from omega_mcp.importer import import_servers
 
 CLAUDE_CODE = {
     "mcpServers": {

@@ -7,9 +7,7 @@ that are no MCP server at all (/private answers 401, /html a web page, /bogus an
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,11 +19,10 @@ from mcp.server.sse import SseServerTransport
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
 from proxy_support import echo_tool, hub, wait_until
 
 
@@ -47,10 +44,12 @@ async def remote() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
     server = _remote_server(seen)
     sse = SseServerTransport("/messages/")
 
-    async def handle_sse(request: Request) -> Response:
-        async with sse.connect_sse(request.scope, request.receive, request._send) as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-        return Response()
+    class HandleSse:
+        """A raw ASGI endpoint (a class instance, so starlette passes `send` through unwrapped)."""
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            async with sse.connect_sse(scope, receive, send) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
 
     async def private(request: Request) -> Response:
         return JSONResponse({"error": "unauthorized"}, status_code=401)
@@ -64,7 +63,7 @@ async def remote() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
     odd = [Route(f"/{f.__name__}", endpoint=f, methods=["GET", "POST", "DELETE"]) for f in (private, html, bogus)]
     app = server.streamable_http_app(
         custom_starlette_routes=[
-            Route("/sse", endpoint=handle_sse),
+            Route("/sse", endpoint=HandleSse(), methods=["GET"]),
             Mount("/messages/", app=sse.handle_post_message),  # type: ignore[list-item]
             *odd,
         ]

@@ -269,3 +269,19 @@ def test_a_signal_during_call_stops_the_command_and_exits_128_plus_signal(tmp_pa
         proc.kill()
     assert proc.returncode == code, err
     assert "timed out" not in out and "Traceback" not in err
+
+
+def test_importing_the_command_installs_no_handler_and_loads_no_sdk(tmp_path: Path):
+    # `EarlyStarts.start` starts the downstream servers while omega still imports the SDK: the command
+    # modules must keep the heavy imports inside their functions, and importing must not touch signals.
+    code = (
+        "import signal, sys\n"
+        "before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)\n"
+        "import omega_mcp.cli.main\n"
+        "assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before\n"
+        "heavy = ('mcp.', 'omega_mcp.toolbox', 'omega_mcp.server', 'omega_mcp.agent', 'omega_mcp.proxy.supervisor')\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(heavy)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,17 +1,12 @@
-"""The `read`, `write` and `edit` built-in tools.
+"""The `write` and `edit` built-in tools: atomic replacement of a file, never a modification in place.
 
-Blocking file I/O runs in a worker thread and is bounded: `read` streams the file in chunks
-(memory stays small for any file size, at most 2000 characters kept per line; at most 1 GiB or
-15 s of scanning per call) and refuses anything that is not a regular file before reading a byte.
-`write` and `edit` never modify a file in place: they write a temp file next to the target
-through the parent directory's fd (see `sandbox/paths.py`), fsync it, give it the old file's mode
-(minus set-id bits) and owner, and rename it over the target, so a failure leaves the old content
-intact. The target entry itself is never followed: writing to a symbolic link replaces the link
-with a regular file (its target is untouched; a link to a directory is refused), a hard-linked
-file is replaced as this directory entry only, and `edit` refuses symbolic links. Writes and
-edits of one file are serialised within the process, and `edit` re-reads and re-applies when the
-file changed on disk between its read and its rename, so concurrent changes are not lost.
-With `on_denied = "ask"`, a write outside the roots is put to the user first (`sandbox/approvals.py`).
+Both write a temp file next to the target through the parent directory's fd (`sandbox/paths.py`),
+fsync it, give it the old file's mode (minus set-id bits) and owner, and rename it over the target,
+so a failure leaves the old content intact; blocking I/O runs in a worker thread. The target entry
+is never followed: a symbolic link is replaced by a regular file (a link to a directory is refused;
+`edit` refuses links), a hard link is replaced as this entry only. Writes and edits of one file are
+serialised within the process, and `edit` re-applies itself when the file changed on disk between its
+read and its rename; with `on_denied = "ask"` a path outside the roots is put to the user first.
 """
 
 from __future__ import annotations
@@ -20,18 +15,18 @@ import os
 import secrets
 import stat
 import threading
-import time
 from collections.abc import Generator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import anyio
 from mcp import types
 
-from omega_mcp.builtin.schemas import DEFAULT_READ_LIMIT, EditArgs, ReadArgs, WriteArgs
+from omega_mcp.builtin.schemas import EditArgs, WriteArgs
+from omega_mcp.builtin.text import plural
 from omega_mcp.errors import InvalidArgumentsError, ToolError
+from omega_mcp.results import text_result
 from omega_mcp.sandbox.approvals import Approver, Grants, with_approval
 from omega_mcp.sandbox.paths import (
     DEV_NULL,
@@ -39,251 +34,18 @@ from omega_mcp.sandbox.paths import (
     check_read_fd,
     describe_os_error,
     not_regular_message,
-    open_readable,
     open_write_parent,
     resolve_path,
 )
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["edit_file", "read_file", "write_file"]
+__all__ = ["edit_file", "write_file"]
 
-MAX_LINE_CHARS = 2000
-MAX_OUTPUT_CHARS = 50_000
 MAX_EDIT_BYTES = 64 * 1024 * 1024
-_CHUNK_BYTES = 256 * 1024
-_LINE_KEEP_BYTES = MAX_LINE_CHARS * 4 + 4  # UTF-8 is <= 4 bytes a character: more bytes means a longer line
-_COUNT_SCAN_BYTES = 64 * 1024 * 1024  # how far past a truncation we keep counting characters
-# One read scans at most this much, for at most this long: a line without end (/proc/self/pagemap,
-# a huge binary) or a far offset must not keep a call busy for minutes.
-_SCAN_BUDGET_BYTES = 1024 * 1024 * 1024
-_READ_SECONDS = 15.0
+_CHUNK_BYTES = 256 * 1024  # edit reads the file in chunks of this size
 _BOM = b"\xef\xbb\xbf"
 _LOCK_SECONDS = 60.0  # a write or edit of the same file ahead of this one is bounded I/O
 _EDIT_TRIES = 5
-
-
-def _text(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=message)])
-
-
-class _ScanBudgetExceeded(Exception):
-    pass
-
-
-class _Lines:
-    """Splits an fd into lines at the byte level (a `\\n` byte never occurs inside a UTF-8 sequence).
-
-    Keeps at most `_LINE_KEEP_BYTES` of a line, so memory is bounded whatever the line length, and
-    reads at most `_SCAN_BUDGET_BYTES` within `_READ_SECONDS`: then `stopped` is set (`skip` raises).
-    """
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._buf = b""
-        self._pos = 0
-        self._partial = False  # bytes of an unterminated line were consumed
-        self._deadline = time.monotonic() + _READ_SECONDS
-        self.bytes_read = 0
-        self.stopped = False
-        """The scan budget ran out: the last line returned may be cut short, and more may follow."""
-
-    def _fill(self) -> bool:
-        if self.bytes_read and (self.bytes_read > _SCAN_BUDGET_BYTES or time.monotonic() >= self._deadline):
-            self.stopped = True
-            raise _ScanBudgetExceeded
-        self._buf = os.read(self._fd, _CHUNK_BYTES)
-        self._pos = 0
-        self.bytes_read += len(self._buf)
-        return bool(self._buf)
-
-    def skip(self, count: int) -> int:
-        """Skip up to `count` lines; returns how many there were."""
-        done = 0
-        while done < count:
-            if self._pos >= len(self._buf) and not self._fill():
-                if self._partial:
-                    done += 1
-                    self._partial = False
-                return done
-            newlines = self._buf.count(b"\n", self._pos)
-            if newlines < count - done:
-                done += newlines
-                self._partial = self._buf[-1] != 0x0A
-                self._pos = len(self._buf)
-            else:
-                for _ in range(count - done):
-                    self._pos = self._buf.index(b"\n", self._pos) + 1
-                done = count
-                self._partial = False
-        return done
-
-    def at_eof(self) -> bool:
-        """Whether nothing follows the lines consumed so far (reads at most one more chunk)."""
-        try:
-            return self._pos >= len(self._buf) and not self._fill()
-        except _ScanBudgetExceeded:
-            return False
-
-    def next_line(self, stop_after_bytes: int | None = None) -> tuple[bytes, int] | None:
-        """(kept prefix, total byte length) of the next line without its `\\n`, or None at EOF.
-
-        When the scan budget runs out, returns what it has of the line (None if nothing) with `stopped` set.
-        """
-        kept = bytearray()
-        total = 0
-        while True:
-            if self._pos >= len(self._buf):
-                if stop_after_bytes is not None and self.bytes_read > stop_after_bytes:
-                    raise _ScanBudgetExceeded
-                try:
-                    more = self._fill()
-                except _ScanBudgetExceeded:
-                    return (bytes(kept), total) if total else None
-                if not more:
-                    self._partial = False
-                    return (bytes(kept), total) if total else None
-            newline = self._buf.find(b"\n", self._pos)
-            end = newline if newline >= 0 else len(self._buf)
-            room = _LINE_KEEP_BYTES - len(kept)
-            if room > 0:
-                kept += self._buf[self._pos : min(end, self._pos + room)]
-            total += end - self._pos
-            if newline >= 0:
-                self._pos = newline + 1
-                self._partial = False
-                return bytes(kept), total
-            self._pos = end
-
-
-def _render(number: int, kept: bytes, total: int, *, cut: bool = False) -> str:
-    text = kept.decode("utf-8", "replace")
-    if cut:
-        return (
-            f"{number:6d}\t{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; it is longer than "
-            f"{total} bytes (reading stopped before its end)]"
-        )
-    if total <= len(kept):
-        text = text.removesuffix("\r")
-        if len(text) <= MAX_LINE_CHARS:
-            return f"{number:6d}\t{text}"
-        full = f"{len(text)} characters"
-    else:
-        full = f"{total} bytes"
-    return (
-        f"{number:6d}\t{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; the full line has {full}]"
-    )
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _read_lines(fd: int, path: Path, start: int, limit: int, *, say_more: bool = False) -> str:
-    """Render lines `start`..`start+limit-1`; with `say_more`, note when the file goes on after them."""
-    lines = _Lines(fd)
-    if start > 1:
-        try:
-            skipped = lines.skip(start - 1)
-        except _ScanBudgetExceeded:
-            raise ToolError(
-                f"cannot reach offset {start} of {path}: {_scan_spent(lines)} went by before it; for a position this "
-                f"deep in a huge file use bash, e.g. `tail -n +{start} FILE | head -n {limit}` or `sed -n` with a range"
-            ) from None
-        if skipped < start - 1:
-            return f"(offset {start} is past the end of the file: {path} has {_plural(skipped, 'line')})"
-    last = start + limit - 1
-    out: list[str] = []
-    used = 0
-    number = start
-    while number <= last:
-        item = lines.next_line()
-        if item is None:
-            if lines.stopped:
-                return "\n".join(out) + _stopped_notice(lines, number)
-            break
-        rendered = _render(number, *item, cut=lines.stopped)
-        if lines.stopped:
-            return "\n".join([*out, rendered[: MAX_OUTPUT_CHARS - used]]) + _stopped_notice(lines, number + 1)
-        cost = len(rendered) + (1 if out else 0)
-        if used + cost > MAX_OUTPUT_CHARS:
-            return "\n".join(out) + _truncation_notice(
-                lines, start=start, first_cut=number, last=last, shown=used, total=used + cost
-            )
-        out.append(rendered)
-        used += cost
-        number += 1
-    if out:
-        if say_more and number > last and not lines.at_eof():
-            return "\n".join(out) + f"\n\n[the file goes on after line {last}; use offset={last + 1} to read more]"
-        return "\n".join(out)
-    if start == 1:
-        return f"(file is empty: {path} exists but has no content)"
-    return f"(offset {start} is past the end of the file: {path} has {_plural(start - 1, 'line')})"
-
-
-def _scan_spent(lines: _Lines) -> str:
-    mib = 1024 * 1024
-    return (
-        f"reading stopped after {lines.bytes_read // mib} MiB (the limit is {_SCAN_BUDGET_BYTES // mib} MiB "
-        f"or {_READ_SECONDS:g} s)"
-    )
-
-
-def _stopped_notice(lines: _Lines, next_number: int) -> str:
-    return (
-        f"\n\n[{_scan_spent(lines)}: lines from {next_number} on are not shown. For huge or binary files use bash "
-        "(e.g. `head -c`, `tail -c`, `xxd`, `strings`, `grep -n`)]"
-    )
-
-
-def _truncation_notice(lines: _Lines, *, start: int, first_cut: int, last: int, shown: int, total: int) -> str:
-    """Count the rest of the requested range (bounded scan) and describe the cut honestly."""
-    counted_to = first_cut
-    budget = lines.bytes_read + _COUNT_SCAN_BYTES
-    exhausted = False
-    try:
-        for number in range(first_cut + 1, last + 1):
-            item = lines.next_line(stop_after_bytes=budget)
-            if lines.stopped:
-                raise _ScanBudgetExceeded
-            if item is None:
-                break
-            total += len(_render(number, *item)) + 1
-            counted_to = number
-    except _ScanBudgetExceeded:
-        exhausted = True
-    if exhausted:
-        return (
-            f"\n\n[output truncated: showing {shown} of at least {total} characters (counting stopped at line "
-            f"{counted_to} after scanning {_COUNT_SCAN_BYTES // (1024 * 1024)} MiB more); lines {start}-"
-            f"{first_cut - 1} are shown; use offset={first_cut} to continue]"
-        )
-    return (
-        f"\n\n[output truncated: showing {shown} of {total} characters (lines {start}-{first_cut - 1} of lines "
-        f"{start}-{counted_to} in the requested range); use offset={first_cut} to continue]"
-    )
-
-
-def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> str:
-    path = resolve_path(policy, args.file_path)
-    fd = open_readable(policy, path)
-    try:
-        # Only a defaulted limit gets the note: a caller who chose a limit knows it asked for a part.
-        limit = args.limit or DEFAULT_READ_LIMIT
-        return _read_lines(fd, path, args.offset or 1, limit, say_more=args.limit is None)
-    except OSError as exc:
-        raise ToolError(describe_os_error(exc, path, "read")) from None
-    finally:
-        os.close(fd)
-
-
-async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
-    """The `read` tool: numbered lines (`cat -n` style) of a regular file, bounded in memory and output.
-
-    Raises:
-        PathDeniedError: an environ file or the token. ToolError: missing, not a regular file, I/O error.
-    """
-    return _text(await anyio.to_thread.run_sync(_read_sync, policy, args))
 
 
 def _lstat(parent: ParentDir) -> os.stat_result | None:
@@ -385,7 +147,7 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants |
                 os.write(fd, data)
             finally:
                 os.close(fd)
-            return f"Wrote {_plural(len(data), 'byte')} to {path} (discarded)"
+            return f"Wrote {plural(len(data), 'byte')} to {path} (discarded)"
         with open_write_parent(policy, path, create=True, grants=grants) as parent, _exclusive(parent):
             old = _lstat(parent)
             note = "updated"
@@ -405,7 +167,7 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants |
             _replace(parent, data, old)
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "write") + "; the file was not changed") from None
-    return f"Wrote {_plural(len(data), 'byte')} to {path} ({note})"
+    return f"Wrote {plural(len(data), 'byte')} to {path} ({note})"
 
 
 async def write_file(
@@ -430,7 +192,7 @@ async def write_file(
             f"content is not valid Unicode (a lone surrogate at index {exc.start}); nothing was written"
         ) from None
     attempt = partial(_write_sync, policy, path, data)
-    return _text(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+    return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
 
 
 def _uses_crlf(text: str) -> bool:
@@ -474,11 +236,11 @@ def apply_edit(raw: bytes, args: EditArgs, path: Path) -> tuple[bytes, str]:
         raise _not_found(text, args.old_string, path)
     if args.replace_all:
         edited = text.replace(old, new)
-        message = f"Replaced all {_plural(count, 'occurrence')} in {path}"
+        message = f"Replaced all {plural(count, 'occurrence')} in {path}"
     else:
         at = text.find(old)
         edited = text[:at] + new + text[at + len(old) :]
-        message = f"Replaced 1 of {_plural(count, 'occurrence')} in {path}"
+        message = f"Replaced 1 of {plural(count, 'occurrence')} in {path}"
         if count > 1:
             message += " (the first; pass replace_all=true to replace all of them)"
     try:
@@ -575,4 +337,4 @@ async def edit_file(
         raise InvalidArgumentsError("old_string and new_string are identical; nothing to change")
     path = resolve_path(policy, args.file_path)
     attempt = partial(_edit_sync, policy, path, args)
-    return _text(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+    return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))

@@ -4,8 +4,7 @@ progress, cancellation, concurrency, list_changed, prompts and resources."""
 from __future__ import annotations
 
 import base64
-import sys
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -13,11 +12,9 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.proxy.supervisor import DownstreamSpec
+from omega_mcp._sdk import Streams
 from omega_mcp.sandbox.policy import SandboxPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
-from proxy_support import Notifications, client, downstream, echo_tool, gated, hub
+from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, gated, hub
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -26,7 +23,7 @@ MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_downstream_tools_follow_the_builtins_in_config_then_server_order(rwx_policy: SandboxPolicy):
     a = downstream("a", [echo_tool("zeta"), echo_tool("alpha")])
     b = downstream("b", [echo_tool("get.weather")])
-    async with hub(rwx_policy, DownstreamSpec("b", b), DownstreamSpec("a", a)) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("b", b), downstream_spec("a", a)) as (_, _, server):
         async with client(server) as c:
             names = [t.name for t in (await c.list_tools()).tools]
     assert names == [*BUILTINS, "mcp__b__get_weather", "mcp__a__zeta", "mcp__a__alpha"]
@@ -43,7 +40,7 @@ async def test_every_tool_field_passes_through_unchanged(rwx_policy: SandboxPoli
         annotations=types.ToolAnnotations(title="Fancy", read_only_hint=True, idempotent_hint=True),
         _meta={"vendor/flag": {"x": 1}},
     )
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", [tool]))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", [tool]))) as (_, _, server):
         async with client(server, mode) as c:
             listed = {t.name: t for t in (await c.list_tools()).tools}["mcp__d__fancy"]
     dump = dict(exclude={"name"}, by_alias=True, exclude_none=True)
@@ -72,7 +69,7 @@ async def test_every_content_block_structured_content_and_meta_come_back_unchang
         return RICH
 
     tool = types.Tool(name="rich", input_schema={"type": "object"}, output_schema={"type": "object"})
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", [tool], call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", [tool], call))) as (_, _, server):
         async with client(server, mode) as c:
             result = await c.call_tool("mcp__d__rich", {})
     dump = dict(by_alias=True, exclude_none=True, exclude={"meta"})
@@ -85,7 +82,7 @@ async def test_an_is_error_result_of_a_downstream_comes_back_as_is(rwx_policy: S
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(text="tool said no")], is_error=True)
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert result.is_error and result.content[0].text == "tool said no"  # type: ignore[union-attr]
@@ -101,7 +98,7 @@ async def test_arguments_are_checked_against_the_downstream_schema_before_forwar
         calls.append(params.name)
         return types.CallToolResult(content=[])
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
             wrong_type = await c.call_tool("mcp__d__echo", {"text": 5})
             missing = await c.call_tool("mcp__d__echo", {})
@@ -129,21 +126,21 @@ async def test_a_schema_that_cannot_be_checked_offline_is_left_to_the_downstream
         types.Tool(name="remote", input_schema=remote),
         types.Tool(name="pattern", input_schema=bad_pattern),
     ]
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", tools))) as (_, toolbox, _):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools))) as (_, toolbox, _):
         results = [await toolbox.call_tool(f"mcp__d__{t.name}", {"a": "x"}) for t in tools]
     assert fetched == []  # a tool's schema never makes omega fetch a URL
     assert [r.content[0].text for r in results] == ["remote:", "pattern:"]  # type: ignore[union-attr]
 
 
 async def test_aliases_reach_the_downstream_tool(rwx_policy: SandboxPolicy):
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d"))) as (_, toolbox, _):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d"))) as (_, toolbox, _):
         for name in ("mcp__d__echo", "d.echo", "d__echo"):
             result = await toolbox.call_tool(name, {"text": "hi"})
             assert result.content[0].text == "echo:hi"  # type: ignore[union-attr]
 
 
 async def test_an_unknown_tool_of_a_connected_server_is_unknown_tool_with_suggestions(rwx_policy: SandboxPolicy):
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d"))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d"))) as (_, _, server):
         async with client(server) as c:
             with pytest.raises(MCPError) as info:
                 await c.call_tool("mcp__d__ecko", {"text": "x"})
@@ -156,7 +153,7 @@ async def test_a_json_rpc_error_from_the_downstream_is_an_is_error_result_naming
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         raise MCPError(code=types.INVALID_PARAMS, message="no such widget")
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert result.is_error
@@ -166,7 +163,7 @@ async def test_a_json_rpc_error_from_the_downstream_is_an_is_error_result_naming
 
 async def test_tools_and_exclude_tools_globs_filter_the_exported_tools(rwx_policy: SandboxPolicy):
     tools = [echo_tool("get_time"), echo_tool("get_secret"), echo_tool("set_time")]
-    spec = DownstreamSpec("d", downstream("d", tools), tools=("get_*",), exclude_tools=("*secret*",))
+    spec = downstream_spec("d", downstream("d", tools), tools=("get_*",), exclude_tools=("*secret*",))
     async with hub(rwx_policy, spec) as (_, toolbox, _):
         names = [t.name for t in await toolbox.list_tools()]
         with pytest.raises(Exception, match="Unknown tool"):
@@ -182,7 +179,7 @@ async def test_request_meta_is_passed_downstream_without_the_per_hop_keys(rwx_po
         seen.append(dict(params.meta or {}))
         return types.CallToolResult(content=[])
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
             await c.call_tool("mcp__d__echo", {"text": "x"}, meta={"vendor/tool-use-id": "tu-1"})
     assert seen[0]["vendor/tool-use-id"] == "tu-1"
@@ -201,7 +198,7 @@ async def test_a_timeout_cancels_the_downstream_request_and_is_an_is_error_resul
             cancelled.set()
         raise AssertionError("unreachable")
 
-    spec = DownstreamSpec("d", downstream("d", call=call), timeout_seconds=0.3)
+    spec = downstream_spec("d", downstream("d", call=call), timeout_seconds=0.3)
     async with hub(rwx_policy, spec) as (_, _, server):
         async with client(server, mode) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
@@ -226,7 +223,7 @@ async def test_progress_notifications_reach_the_calling_client(rwx_policy: Sandb
         received.append((progress, total, message))
         forwarded.set()
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"}, progress_callback=on_progress)
     assert not result.is_error
@@ -245,7 +242,7 @@ async def test_a_client_cancellation_is_forwarded_to_the_downstream(rwx_policy: 
             cancelled.set()
         raise AssertionError("unreachable")
 
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c, anyio.create_task_group() as tg:
             tg.start_soon(c.call_tool, "mcp__d__echo", {"text": "x"})
             with anyio.fail_after(5):
@@ -272,7 +269,7 @@ async def test_two_calls_to_one_server_run_concurrently(rwx_policy: SandboxPolic
         return types.CallToolResult(content=[types.TextContent(text=text)])
 
     results: dict[str, types.CallToolResult] = {}
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
 
             async def run(text: str) -> None:
@@ -288,7 +285,7 @@ async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx
     tools = [echo_tool("one")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with hub(rwx_policy, DownstreamSpec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
         await ds.wait_ready()  # no startup announcements: the one notification below is the change
         async with client(server, message_handler=notes) as c:
             assert "mcp__d__one" in [t.name for t in (await c.list_tools()).tools]
@@ -301,7 +298,7 @@ async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx
 
 async def test_a_modern_client_hears_of_tool_changes_through_subscriptions_listen(rwx_policy: SandboxPolicy):
     gate = anyio.Event()
-    spec = DownstreamSpec("late", gated(downstream("late"), gate))
+    spec = downstream_spec("late", gated(downstream("late"), gate))
     async with hub(rwx_policy, spec, startup_wait_seconds=0.1) as (_, _, server):
         async with client(server, "auto") as c:
             assert "mcp__late__echo" not in [t.name for t in (await c.list_tools()).tools]
@@ -316,7 +313,7 @@ async def test_a_modern_client_hears_of_tool_changes_through_subscriptions_liste
 async def test_the_first_tools_list_waits_for_a_server_that_is_still_starting(rwx_policy: SandboxPolicy):
     gate = anyio.Event()
     listed: list[str] = []
-    async with hub(rwx_policy, DownstreamSpec("slow", gated(downstream("slow"), gate))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("slow", gated(downstream("slow"), gate))) as (_, _, server):
         async with client(server) as c:
 
             async def list_now() -> None:
@@ -333,7 +330,7 @@ async def test_the_first_tools_list_waits_for_a_server_that_is_still_starting(rw
 async def test_a_server_arriving_after_the_startup_wait_is_announced_with_list_changed(rwx_policy: SandboxPolicy):
     gate = anyio.Event()
     notes = Notifications()
-    specs = (DownstreamSpec("fast", downstream("fast")), DownstreamSpec("late", gated(downstream("late"), gate)))
+    specs = (downstream_spec("fast", downstream("fast")), downstream_spec("late", gated(downstream("late"), gate)))
     async with hub(rwx_policy, *specs, startup_wait_seconds=0.1) as (_, _, server):
         async with client(server, message_handler=notes) as c:
             first = [t.name for t in (await c.list_tools()).tools]
@@ -350,13 +347,13 @@ async def test_a_server_that_never_answers_initialize_is_skipped_after_its_conne
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def silent() -> Any:
+    async def silent() -> AsyncIterator[Streams]:
         read_send, read_recv = anyio.create_memory_object_stream[Any](0)
         write_send, write_recv = anyio.create_memory_object_stream[Any](100)
         async with read_send, read_recv, write_send, write_recv:
             yield read_recv, write_send
 
-    specs = (DownstreamSpec("mute", silent, connect_timeout_seconds=0.3), DownstreamSpec("ok", downstream("ok")))
+    specs = (downstream_spec("mute", silent, connect_timeout_seconds=0.3), downstream_spec("ok", downstream("ok")))
     async with hub(rwx_policy, *specs, backoff_seconds=30) as (downstreams, toolbox, _):
         names = [t.name for t in await toolbox.list_tools()]
         down = await toolbox.call_tool("mcp__mute__anything", {})
@@ -370,7 +367,7 @@ async def test_a_server_that_never_answers_initialize_is_skipped_after_its_conne
 
 
 async def test_a_disabled_server_is_listed_as_disabled_and_its_tools_say_so(rwx_policy: SandboxPolicy):
-    spec = DownstreamSpec("off", downstream("off"), enabled=False)
+    spec = downstream_spec("off", downstream("off"), enabled=False)
     async with hub(rwx_policy, spec) as (downstreams, toolbox, _):
         result = await toolbox.call_tool("mcp__off__echo", {"text": "x"})
         assert [s.state for s in downstreams.statuses()] == ["disabled"]
@@ -394,7 +391,7 @@ def _prompt_server(name: str, prompt: str) -> Any:
 
 @MODES
 async def test_downstream_prompts_are_exported_as_server__prompt(rwx_policy: SandboxPolicy, mode: str):
-    specs = (DownstreamSpec("a", _prompt_server("a", "greet")), DownstreamSpec("b", _prompt_server("b", "greet")))
+    specs = (downstream_spec("a", _prompt_server("a", "greet")), downstream_spec("b", _prompt_server("b", "greet")))
     async with hub(rwx_policy, *specs) as (_, _, server):
         async with client(server, mode) as c:
             names = [p.name for p in (await c.list_prompts()).prompts]
@@ -428,8 +425,8 @@ async def test_resources_keep_their_uris_and_the_first_server_in_config_order_wi
     rwx_policy: SandboxPolicy, mode: str
 ):
     specs = (
-        DownstreamSpec("a", _resource_server("a", ["file:///shared", "file:///only-a"])),
-        DownstreamSpec("b", _resource_server("b", ["file:///shared", "file:///only-b"], "note://{id}")),
+        downstream_spec("a", _resource_server("a", ["file:///shared", "file:///only-a"])),
+        downstream_spec("b", _resource_server("b", ["file:///shared", "file:///only-b"], "note://{id}")),
     )
     async with hub(rwx_policy, *specs) as (_, _, server):
         async with client(server, mode) as c:

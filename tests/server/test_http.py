@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from omega_mcp.server.http import is_loopback, load_or_create_token
 
-_ECHO_SERVER = Path(__file__).parent / "fixtures" / "echo_server.py"
+_ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
 
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 _SERVE = [sys.executable, "-m", "omega_mcp", "serve", "--http", "--mode", "rwx"]

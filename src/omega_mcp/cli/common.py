@@ -1,0 +1,23 @@
+"""What every `omega-mcp` command module shares: the exit codes, the usage error and the stderr line.
+
+Standard library only, so importing it costs nothing before `EarlyStarts.start` (proxy/spawn.py) runs. `main` maps
+`UsageError` (like a `ConfigError`) to exit 2 and one `omega-mcp: error: ...` line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "UsageError", "say"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad flag or argument value found after parsing (exit 2)."""
+
+
+def say(line: str) -> None:
+    """Write one line to stderr, if there still is one."""
+    if sys.stderr is not None:  # a closed stderr: the exit code is all that is left
+        sys.stderr.write(line + "\n")

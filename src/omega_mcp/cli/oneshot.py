@@ -1,0 +1,125 @@
+"""`omega-mcp tools` and `omega-mcp call`: look at the aggregated namespace, or call one tool, from a shell.
+
+Both are one-shot: they start the toolbox, wait until every downstream server has connected or
+failed, do their one thing and exit. Results go to stdout (a table, JSON, or the tool's content
+blocks), notes to stderr; `call` exits 1 when the result is an error or the tool is unknown. The
+SDK-backed modules are imported inside the functions, after `EarlyStarts.start` (proxy/spawn.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any, TextIO, cast
+
+from omega_mcp.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, say
+from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.config import Config
+from omega_mcp.proxy.spawn import EarlyStarts
+
+if TYPE_CHECKING:
+    from omega_mcp.proxy.supervisor import ServerStatus
+
+__all__ = ["run_call", "run_tools"]
+
+
+def _tool_json(tool: Any) -> dict[str, Any]:
+    return tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _server_line(status: ServerStatus) -> str:
+    if status.state == "connected":
+        return f"{status.server_name}: connected ({len(status.tools)} tools)"
+    if status.state == "disabled":
+        return f"{status.server_name}: disabled"
+    retry = f"; retrying in {math.ceil(status.retry_in_seconds)} s" if status.retry_in_seconds is not None else ""
+    return f"{status.server_name}: {status.state}: {status.reason or 'not connected'}{retry}"
+
+
+async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
+    """Print the tools grouped by origin with each server's status (or all of it as JSON with --json)."""
+    from omega_mcp.names import Route
+    from omega_mcp.sandbox.launch import describe_sandbox
+
+    async with open_toolbox(config, args, early) as (toolbox, downstreams):
+        tools = await toolbox.list_tools()
+        policy = toolbox.policy
+        namespace = toolbox.namespace()
+        statuses = downstreams.statuses()
+        exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
+        if args.json:
+            servers = {
+                s.server_name: {
+                    "state": s.state,
+                    "reason": s.reason,
+                    "retry_in_seconds": s.retry_in_seconds,
+                    "tools": exported[s.server_name],
+                }
+                for s in statuses
+            }
+            payload = {
+                "tools": [_tool_json(t) for t in tools],
+                "servers": servers,
+                "sandbox": {
+                    **describe_sandbox(policy),
+                    "workspace": str(policy.workspace),
+                    "file_write_roots": [str(p) for p in policy.file_write_roots],
+                },
+            }
+            out.write(json.dumps(payload, indent=2) + "\n")
+            return EXIT_OK
+        by_name = {t.name: t for t in tools}
+        width = max(len(name) for name in by_name)
+        builtins = [t.name for t in tools if namespace.resolve(t.name) == Route(None, t.name)]
+        groups = [(f"built-in (sandbox mode: {policy.mode}, workspace: {policy.workspace})", builtins)]
+        groups += [(_server_line(s), exported[s.server_name]) for s in statuses]
+        for heading, names in groups:
+            out.write(heading + "\n")
+            for name in names:
+                description = (by_name[name].description or "").strip()
+                summary = description.splitlines()[0] if description else ""
+                out.write(f"  {name:<{width}}  {summary}\n")
+    return EXIT_OK
+
+
+def _render_block(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return block.text
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+    return json.dumps(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
+    """Call one tool and print its result; exit 1 if the result is an error or the tool is unknown."""
+    from omega_mcp.errors import UnknownToolError
+
+    try:
+        arguments = json.loads(args.arguments)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"JSON_ARGS is not valid JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise UsageError('JSON_ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
+    async with open_toolbox(config, args, early) as (toolbox, _):
+        try:
+            result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+        except UnknownToolError as exc:
+            sys.stderr.write(f"omega-mcp: {exc}\n")
+            return EXIT_FAILURE
+    parts = [_render_block(block) for block in result.content]
+    if result.structured_content is not None and not any(getattr(b, "type", None) == "text" for b in result.content):
+        parts.append(json.dumps(result.structured_content, indent=2))
+    text = "\n".join(parts)
+    out.write(text + ("" if text.endswith("\n") or not text else "\n"))
+    if args.tool.lower() in ("bash_output", "kill_shell") or (
+        args.tool.lower() == "bash" and cast(dict[str, Any], arguments).get("run_in_background") is True
+    ):
+        # Each `call` is a fresh omega that exits after one tool call, taking its shells with it.
+        say(
+            "omega-mcp: note: background shells live only as long as the omega that started them, and "
+            "`omega-mcp call` exits after one call; use `omega-mcp serve` (an MCP client) for background work"
+        )
+    return EXIT_FAILURE if result.is_error else EXIT_OK

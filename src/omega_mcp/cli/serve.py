@@ -1,0 +1,70 @@
+"""`omega-mcp serve`: the MCP server over stdio (the default) or streamable HTTP.
+
+stdout is the MCP wire under stdio, so the effective sandbox and everything else is logged to
+stderr. The command runs until the client goes away or SIGINT/SIGTERM arrives (through the
+`SignalGuard` that `main` passes in), then shuts down through the normal bounded cleanup. The
+server modules are imported inside `run_serve`, after `EarlyStarts.start` (proxy/spawn.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+import anyio
+
+from omega_mcp.cli.common import EXIT_OK, UsageError
+from omega_mcp.cli.signals import SignalGuard
+from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.config import Config
+from omega_mcp.proxy.spawn import EarlyStarts
+
+__all__ = ["run_serve"]
+
+logger = logging.getLogger("omega_mcp")
+
+
+async def run_serve(
+    config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts | None = None
+) -> int:
+    """Serve the toolbox until the client leaves or a signal arrives; returns the exit code."""
+    from omega_mcp.sandbox.launch import describe_sandbox
+    from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.server import build_server
+    from omega_mcp.server.stdio import run_stdio
+
+    if args.http and not 0 < args.port < 65536:
+        raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
+    async with open_toolbox(config, args, early) as (toolbox, downstreams):
+        policy = toolbox.policy
+        sandbox: dict[str, Any] = describe_sandbox(policy)
+        logger.info("%s", _sandbox_line(sandbox))
+        for warning in sandbox["warnings"]:
+            logger.warning("sandbox: %s", warning)
+        server = build_server(
+            toolbox, catalog=downstreams, instructions=hub_instructions(policy, sandbox, list(config.servers))
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(guard.until_signalled, tg.cancel_scope)
+            if args.http:
+                from omega_mcp.server.http import serve_http
+
+                await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file)
+            else:
+                logger.info("serving MCP on stdio")
+                await run_stdio(server)
+            tg.cancel_scope.cancel()
+    return EXIT_OK
+
+
+def _sandbox_line(sandbox: dict[str, Any]) -> str:
+    """The effective sandbox in one stderr line."""
+    bash = str(sandbox["bash"])
+    if sandbox.get("confinement"):
+        abi = f" ABI {sandbox['landlock_abi']}" if sandbox.get("landlock_abi") else ""
+        bash += f" ({sandbox['confinement']}{abi}{', pid namespace' if sandbox.get('pid_namespace') else ''})"
+    if sandbox.get("refusal"):
+        bash += f": {sandbox['refusal']}"
+    roots = ", ".join(sandbox["write_roots"])
+    return f"sandbox: mode={sandbox['mode']}; bash {bash}; bash writes: {roots}; network: {sandbox['network']}"

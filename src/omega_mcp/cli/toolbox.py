@@ -1,0 +1,76 @@
+"""The started Toolbox that `serve`, `tools`, `call` and `agent` run over.
+
+Resolves the sandbox policy (flags over the config file over defaults), creates the workspace or
+fails with a ConfigError naming where it was set, and starts the downstream servers. The sandbox,
+proxy and toolbox modules are imported inside the functions: the SDK must not load before
+`EarlyStarts.start` (proxy/spawn.py) has started the downstream servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omega_mcp.config import Config
+from omega_mcp.errors import ConfigError
+from omega_mcp.proxy.spawn import EarlyStarts
+
+if TYPE_CHECKING:
+    from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.toolbox import Toolbox
+
+__all__ = ["SERVE_STARTUP_WAIT_SECONDS", "open_toolbox"]
+
+SERVE_STARTUP_WAIT_SECONDS = 10.0
+"""How long the first tools/list of `serve` waits for slow downstream servers; the ones that
+arrive later are announced with notifications/tools/list_changed."""
+
+
+def _policy(config: Config, args: argparse.Namespace) -> Any:
+    from omega_mcp.sandbox.policy import SandboxPolicy
+
+    workspace = Path(os.path.expanduser(args.workspace)).absolute() if getattr(args, "workspace", None) else None
+    return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
+
+
+def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace) -> None:
+    """Create the workspace, or raise a ConfigError naming where it was set (flag, file or default)."""
+    if getattr(args, "workspace", None):
+        where: dict[str, str | None] = {"key": "--workspace"}
+    elif config.sandbox.workspace is not None:
+        where = {"path": str(config.path) if config.path else None, "key": "sandbox.workspace"}
+    else:
+        where = {"key": "workspace (default: $OMEGA_HOME/workspace)"}
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{workspace} exists and is not a directory", **where) from None
+    except NotADirectoryError:
+        raise ConfigError(f"{workspace}: a component of its path is not a directory", **where) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the workspace {workspace}: {exc.strerror or exc}", **where) from None
+
+
+@asynccontextmanager
+async def open_toolbox(
+    config: Config, args: argparse.Namespace, early: EarlyStarts | None = None
+) -> AsyncGenerator[tuple[Toolbox, Downstreams]]:
+    """A started Toolbox over the built-ins and the configured downstream servers, and those servers.
+
+    The downstream servers connect in the background, in parallel. Under `serve` a listing waits
+    for them at most SERVE_STARTUP_WAIT_SECONDS; one-shot commands (`tools`, `call`, `agent`)
+    wait until each has connected or failed (within its own connect timeout).
+    """
+    from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.toolbox import Toolbox
+
+    policy = _policy(config, args)
+    _ensure_workspace(policy.workspace, config, args)
+    startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
+    downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait, early=early)
+    async with downstreams, Toolbox(policy, downstreams if config.servers else None) as toolbox:
+        yield toolbox, downstreams

@@ -1,0 +1,137 @@
+"""The relay is an optimisation only: the same calls through it and through the SDK path agree.
+
+One omega (Toolbox + Downstreams + server) in process, with the stdlib fixture server as a stdio
+downstream, serves three clients: over pipes with the relay (handshake era), over pipes without it
+(the server's own fast path), and in memory in the 2026-07-28 era (the SDK's model path, the
+reference). Every call's result, error or progress must be the same on all three; the fixture's
+log shows which calls the relay actually took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp
+import pytest
+from mcp import StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy.spec import DownstreamSpec
+from omega_mcp.proxy.supervisor import Downstreams
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.server.server import OmegaServer, build_server
+from omega_mcp.server.stdio import serve_streams
+from omega_mcp.toolbox import Toolbox
+
+ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("mcp__fx__echo", {"text": "héllo"}),
+    ("mcp__fx__rich", {}),
+    ("mcp__fx__pid", {}),
+    ("mcp__fx__echo", {}),  # invalid arguments: caught by omega before the server
+    ("mcp__fx__echo", {"text": 5}),
+    ("fx.echo", {"text": "by alias"}),
+    ("mcp__fx__sleep", {"seconds": 30}),  # past the server's timeout: cancelled, isError
+    ("mcp__fx__nope", {}),  # unknown: a JSON-RPC error
+    ("read", {"file_path": "missing.txt"}),  # a built-in: never relayed
+]
+
+
+@asynccontextmanager
+async def _pipe_client(server: OmegaServer, *, relay: bool) -> AsyncIterator[mcp.Client]:
+    """A handshake-era SDK client talking to `server` over two real pipes."""
+    to_server_r, to_server_w = os.pipe()
+    to_client_r, to_client_w = os.pipe()
+    open_fds = {to_server_r, to_server_w, to_client_r, to_client_w}
+    served = anyio.Event()
+
+    async def serve() -> None:
+        await serve_streams(server, PipeReader(to_server_r), PipeWriter(to_client_w), relay=relay)
+        served.set()
+
+    @asynccontextmanager
+    async def transport() -> AsyncIterator[tuple[PipeReader, PipeWriter]]:
+        yield PipeReader(to_client_r), PipeWriter(to_server_w)
+
+    try:
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(serve)
+            async with mcp.Client(transport(), mode="legacy") as client:
+                yield client
+            os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
+            open_fds.discard(to_server_w)
+            with anyio.fail_after(10):
+                await served.wait()
+    finally:
+        for fd in open_fds:
+            os.close(fd)
+
+
+async def _outcome(client: mcp.Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    updates: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append((progress, total, message))
+
+    try:
+        result = await client.call_tool(name, arguments, progress_callback=progress)
+    except MCPError as exc:
+        return {"error": exc.message, "code": exc.code}
+    dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    dumped.pop("_meta", None)
+    dumped.pop("resultType", None)  # the 2026 envelope's own field
+    return {"result": dumped, "progress": updates}
+
+
+def _received(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+async def omega(policy: SandboxPolicy, tmp_path: Path) -> AsyncIterator[tuple[OmegaServer, Path]]:
+    log = tmp_path / "received.jsonl"
+    target = StdioServerParameters(command=sys.executable, args=[str(ECHO_SERVER), "--log-file", str(log)])
+    spec = DownstreamSpec("fx", target, timeout_seconds=0.5)
+    async with Downstreams([spec]) as downstreams, Toolbox(policy, downstreams) as toolbox:
+        yield build_server(toolbox, catalog=downstreams), log
+
+
+async def test_every_call_has_the_same_outcome_through_the_relay_and_the_sdk_path(
+    omega: tuple[OmegaServer, Path],
+) -> None:
+    server, log = omega
+    async with mcp.Client(server, mode="auto") as reference:
+        expected = [await _outcome(reference, name, args) for name, args in CALLS]
+    sdk_calls = len([m for m in _received(log) if m.get("method") == "tools/call"])
+
+    for relay in (False, True):
+        before = len(_received(log))
+        async with _pipe_client(server, relay=relay) as client:
+            got = [await _outcome(client, name, args) for name, args in CALLS]
+        assert got == expected, f"relay={relay}"
+        ids = [str(m["id"]) for m in _received(log)[before:] if m.get("method") == "tools/call"]
+        assert len(ids) == sdk_calls
+        relayed = [i for i in ids if i.startswith("omega-relay-")]
+        assert (len(relayed) == len(ids)) if relay else not relayed
+
+    assert any("timed out" in json.dumps(outcome) for outcome in expected)
+    assert any("error" in outcome for outcome in expected)
+
+
+async def test_progress_is_the_same_through_the_relay_and_the_sdk_path(omega: tuple[OmegaServer, Path]) -> None:
+    server, _ = omega
+    async with mcp.Client(server, mode="auto") as reference:
+        expected = await _outcome(reference, "mcp__fx__progress", {})
+    assert expected["progress"], "the fixture reports progress to a caller that asks for it"
+    for relay in (False, True):
+        async with _pipe_client(server, relay=relay) as client:
+            assert await _outcome(client, "mcp__fx__progress", {}) == expected
