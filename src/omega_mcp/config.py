@@ -24,6 +24,7 @@ from omega_mcp.narrow import as_object
 __all__ = [
     "AgentConfig",
     "Config",
+    "OnDenied",
     "SandboxConfig",
     "ServerConfig",
     "expand_vars",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 SandboxMode = Literal["sandbox", "rx", "rwx"]
+OnDenied = Literal["deny", "ask"]
+"""What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -80,7 +83,7 @@ class SandboxConfig(_Strict):
     write_roots: tuple[Path, ...] = ()
     bash_timeout: float = Field(default=120.0, gt=0, le=600, allow_inf_nan=False)
     require_os_sandbox: bool = True
-    on_denied: Literal["deny", "ask"] = "deny"
+    on_denied: OnDenied = "deny"
     env_passthrough: tuple[str, ...] = ()
     """Environment variable names passed to bash even though they look like secrets."""
     max_processes: int | None = Field(default=None, gt=0, le=4_194_304)  # the kernel's PID_MAX_LIMIT

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omega_mcp.config import Config, SandboxMode
+from omega_mcp.config import Config, OnDenied, SandboxMode
 
 __all__ = ["SYSTEM_DIRS", "SandboxPolicy"]
 
@@ -39,7 +39,7 @@ class SandboxPolicy:
     config_path: Path | None = None
     bash_timeout_seconds: float = 120.0
     require_os_sandbox: bool = True
-    on_denied: str = "deny"
+    on_denied: OnDenied = "deny"
     env_passthrough: tuple[str, ...] = ()
     max_processes: int | None = None
     max_file_size_mb: int | None = None
