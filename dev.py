@@ -45,7 +45,6 @@ def ensure_venv() -> None:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("OMEGA_PYTHON", str(PYTHON))
     return env
 
 

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,12 @@ def test_a_named_config_that_does_not_exist_is_an_error(tmp_path):
         load_config(tmp_path / "missing.toml", environ={})
 
 
-def test_example_servers_toml_at_the_repo_root_loads():
+def test_example_servers_toml_at_the_repo_root_loads_with_no_server_needing_an_install():
     root = Path(__file__).resolve().parents[1]
     config = load_config(root / "servers.toml", environ={"OMEGA_HOME": "/nonexistent-home"})
-    assert config.servers
+    assert config.servers == {}  # its `time` server is commented out until mcp-server-time is installed
+    assert config.sandbox.mode == "sandbox"
+    assert "# [servers.time]" in (root / "servers.toml").read_text()
 
 
 def test_vars_expand_with_defaults(tmp_path):
@@ -68,17 +71,137 @@ env = { K = "${CMD}-${EMPTY:-d}" }
     assert server.env == {"K": "tool-d"}
 
 
-def test_unset_var_without_default_names_the_key(tmp_path):
-    path = _write(tmp_path, '[servers.a]\nurl = "http://127.0.0.1/${NOPE}"\n')
+def test_an_unset_variable_fails_only_the_server_that_uses_it(tmp_path):
+    path = _write(
+        tmp_path,
+        """
+[servers.brave]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-brave-search"]
+env = { BRAVE_API_KEY = "${BRAVE_API_KEY}", REGION = "${REGION:-eu}" }
+
+[servers.time]
+command = "${PY:-python3}"
+
+[servers.hub]
+url = "${HUB_URL}"
+headers = { Authorization = "Bearer ${HUB_TOKEN}" }
+""",
+    )
+    config = load_config(path, environ={})
+    assert list(config.servers) == ["brave", "time", "hub"]
+    assert (
+        config.server_problem("brave") == "unset environment variable BRAVE_API_KEY (servers.brave.env.BRAVE_API_KEY)"
+    )
+    assert config.servers["brave"].env == {"BRAVE_API_KEY": "${BRAVE_API_KEY}", "REGION": "eu"}
+    assert config.server_problem("time") is None
+    assert config.servers["time"].command == "python3"
+    assert config.server_problem("hub") == (
+        "unset environment variables HUB_URL (servers.hub.url), HUB_TOKEN (servers.hub.headers.Authorization)"
+    )
+    assert config.server_problem("no-such-server") is None
+
+
+def test_a_set_variable_leaves_the_server_without_a_problem(tmp_path):
+    path = _write(tmp_path, '[servers.a]\nurl = "http://127.0.0.1/${PART}"\n')
+    config = load_config(path, environ={"PART": "mcp"})
+    assert config.servers["a"].url == "http://127.0.0.1/mcp"
+    assert config.server_problem("a") is None
+
+
+def test_omega_python_is_the_interpreter_running_omega_unless_the_environment_sets_it(tmp_path):
+    path = _write(tmp_path, '[servers.time]\ncommand = "${OMEGA_PYTHON}"\nargs = ["-m", "mcp_server_time"]\n')
+    config = load_config(path, environ={})
+    assert config.servers["time"].command == sys.executable
+    assert config.server_problem("time") is None
+    assert load_config(path, environ={"OMEGA_PYTHON": "/opt/py/bin/python"}).servers["time"].command == (
+        "/opt/py/bin/python"
+    )
+
+
+def test_a_server_with_an_unset_variable_and_a_structural_error_is_still_a_config_error(tmp_path):
+    path = _write(tmp_path, '[servers.a]\ncommand = "${NOPE}"\nbogus = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: servers.a.bogus: unknown key; the known keys are " + (
+        "command, args, env, cwd, url, headers, enabled, timeout, connect_timeout, tools, exclude_tools"
+    )
+
+
+def test_a_value_invalid_only_because_its_variable_is_unset_says_so(tmp_path):
+    path = _write(tmp_path, '[servers.a]\ncommand = "x"\ntimeout = "${TIMEOUT}"\n')
     with pytest.raises(ConfigError) as info:
         load_config(path, environ={})
     message = str(info.value)
-    assert "NOPE" in message and "servers.a.url" in message and str(path) in message
+    assert "servers.a.timeout" in message and "(it uses ${TIMEOUT}, which is not set)" in message
+    assert load_config(path, environ={"TIMEOUT": "5"}).servers["a"].timeout == 5
 
 
 def test_disabled_servers_are_not_expanded(tmp_path):
     path = _write(tmp_path, '[servers.a]\ncommand = "${NOPE}"\nenabled = false\n')
-    assert load_config(path, environ={}).servers["a"].enabled is False
+    config = load_config(path, environ={})
+    assert config.servers["a"].enabled is False
+    assert config.servers["a"].command == "${NOPE}"
+    assert config.server_problem("a") is None
+
+
+def test_every_structural_problem_is_reported_at_once_one_line_each(tmp_path):
+    path = _write(
+        tmp_path,
+        '[sandbox]\nmode = "yolo"\n\n[servers.a]\ncommand = "x"\nbogus = 1\n\n[servers.b]\nargs = []\n',
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    problems = info.value.problems
+    assert [line.split(": ")[1] for line in problems] == ["sandbox.mode", "servers.a.bogus", "servers.b"]
+    assert all(line.startswith(f"{path}: ") for line in problems)
+    assert str(info.value) == "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('tools = "get_*"', 'servers.a.tools: expected a list of globs, e.g. tools = ["get_*"]'),
+        ('exclude_tools = "del*"', 'servers.a.exclude_tools: expected a list of globs, e.g. exclude_tools = ["del*"]'),
+        ("tools = 5", 'servers.a.tools: expected a list of globs, e.g. tools = ["get_*"]'),
+        (
+            'args = "-m mcp_server_time"',
+            'servers.a.args: expected a list of arguments, e.g. args = ["-m", "mcp_server_time"]',
+        ),
+    ],
+)
+def test_a_list_key_given_a_string_shows_the_list_form(tmp_path, text, message):
+    path = _write(tmp_path, f'[servers.a]\ncommand = "x"\n{text}\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_write_roots_given_a_string_shows_the_list_form(tmp_path):
+    path = _write(tmp_path, '[sandbox]\nwrite_roots = "/srv/data"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert (
+        str(info.value)
+        == f'{path}: sandbox.write_roots: expected a list of directories, e.g. write_roots = ["/srv/data"]'
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[server.x]\ncommand = "x"\n', "server: unknown table; did you mean [servers.x]?"),
+        ('[sandbx]\nmode = "rx"\n', "sandbx: unknown table; did you mean [sandbox]?"),
+        ('[servers.x]\ncomand = "x"\n', "servers.x.comand: unknown key; did you mean `command`?"),
+        ('[sandbox]\nworkspce = "ws"\n', "sandbox.workspce: unknown key; did you mean `workspace`?"),
+        ('mode = "rx"\n', "mode: unknown key; `mode` belongs in [sandbox]"),
+    ],
+)
+def test_an_unknown_key_or_table_suggests_the_close_known_one(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +214,7 @@ def test_disabled_servers_are_not_expanded(tmp_path):
         ("[servers.a]\nargs = []\n", "servers.a", "exactly one"),
         ('[sandbox]\nmode = "yolo"\n', "sandbox.mode", "sandbox"),
         ("[sandbox]\nbash_timeout = 9999\n", "sandbox.bash_timeout", "600"),
-        ("[nonsense]\n", "nonsense", "unknown key"),
+        ("[nonsense]\n", "nonsense", "unknown table"),
         ('[sandbox]\nworkspace = "a\\u0000b"\n', "sandbox.workspace", "NUL"),
         ('[sandbox]\nworkspace = ""\n', "sandbox.workspace", "empty"),
         ("[sandbox]\nworkspace = 5\n", "sandbox.workspace", "path"),

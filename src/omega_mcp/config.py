@@ -1,25 +1,47 @@
 """servers.toml: pydantic models, lookup order and `${VAR}` / `${VAR:-default}` expansion.
 
-Validation is strict (unknown keys are errors) and every failure is one `ConfigError` line
-naming the file and the dotted key, so the CLI can exit 2 without a traceback. Paths are
-expanded (`~`) and made absolute here; nothing else in the package reads the environment
-for configuration. Lookup: `--config`, `$OMEGA_CONFIG`, `./servers.toml`,
-`$OMEGA_HOME/servers.toml`; no file at all is a valid, built-ins-only configuration.
+Validation is strict (unknown keys are errors; a close known key or table is suggested) and reports
+every structural problem at once: one `ConfigError` whose `problems` are one line each, naming the
+file, the dotted key and what is wrong, so the CLI can exit 2 without a traceback. Paths are
+expanded (`~`) and made absolute here; nothing else in the package reads the environment for
+configuration. Lookup: `--config`, `$OMEGA_CONFIG`, `./servers.toml`, `$OMEGA_HOME/servers.toml`;
+no file at all is a valid, built-ins-only configuration.
+
+Every string of an enabled `[servers.NAME]` is expanded before validation (a disabled one is left
+as written). `${OMEGA_PYTHON}` is the interpreter running omega (`sys.executable`) unless the
+environment sets it: `command = "${OMEGA_PYTHON}"`, `args = ["-m", "mcp_server_time"]` runs a
+server installed next to omega, no wrapper script. A broken server stays a broken server: an unset
+`${VAR}` without default fails only its server (`Config.server_problem` names the variable and
+key), which is validated with the `${VAR}` text left in place and kept in `Config.servers`, in
+order, for `omega-mcp tools` to list (a structural error in it is still a config error). The
+problems reach a private attribute through the validation context, so no TOML key can set one.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
+import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from omega_mcp.errors import ConfigError
-from omega_mcp.narrow import as_object
+from omega_mcp.narrow import as_object, object_or_none
 
 __all__ = [
     "AgentConfig",
@@ -31,6 +53,7 @@ __all__ = [
     "find_config_path",
     "load_config",
     "omega_home",
+    "unset_variables",
 ]
 
 SandboxMode = Literal["sandbox", "rx", "rwx"]
@@ -39,6 +62,33 @@ OnDenied = Literal["deny", "ask"]
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_OMEGA_PYTHON = "OMEGA_PYTHON"
+"""The one variable omega always defines: the interpreter running omega, unless the environment sets it."""
+
+# Validation context keys: what `load_config` knows from expansion and no TOML key can set.
+_PROBLEMS = "omega_server_problems"
+_UNRESOLVED_URLS = "omega_unresolved_urls"
+
+# What each list key holds, and an example of one, for `_need_list`'s message.
+_LISTS = {
+    "args": ("arguments", ["-m", "mcp_server_time"]),
+    "tools": ("globs", ["get_*"]),
+    "exclude_tools": ("globs", ["delete_*"]),
+    "write_roots": ("directories", ["/tmp/scratch"]),
+    "env_passthrough": ("variable names", ["GITHUB_TOKEN"]),
+}
+
+
+def _need_list(value: Any, info: ValidationInfo) -> Any:
+    """A list key given anything else is refused with the list form, from the user's own string when
+    there is one: `tools = "get_*"` gets `e.g. tools = ["get_*"]`."""
+    if isinstance(value, list | tuple):
+        return value  # pyright: ignore[reportUnknownVariableType]
+    key = info.field_name or ""
+    what, example = _LISTS[key]
+    if isinstance(value, str) and value.strip():
+        example = value.split() if key == "args" else [value]
+    raise ValueError(f"expected a list of {what}, e.g. {key} = [{', '.join(json.dumps(e) for e in example)}]")
 
 
 def _check_path(value: Any) -> Any:
@@ -98,10 +148,10 @@ class SandboxConfig(_Strict):
 
     @field_validator("write_roots", mode="before")
     @classmethod
-    def _write_root_paths(cls, value: Any) -> Any:
-        if isinstance(value, list | tuple):
-            return tuple(_check_path(item) for item in value)  # pyright: ignore[reportUnknownVariableType]
-        return value
+    def _write_root_paths(cls, value: Any, info: ValidationInfo) -> Any:
+        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+
+    _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
 
 
 class ServerConfig(_Strict):
@@ -123,6 +173,8 @@ class ServerConfig(_Strict):
     @classmethod
     def _cwd_path(cls, value: Any) -> Any:
         return None if value is None else _check_path(value)
+
+    _lists = field_validator("args", "tools", "exclude_tools", mode="before")(_need_list)
 
     # What the OS or HTTP would refuse only when the server starts (as a traceback from deep inside
     # subprocess or httpx) is refused here, with the key named.
@@ -160,11 +212,13 @@ class ServerConfig(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _one_transport(self) -> ServerConfig:
+    def _one_transport(self, info: ValidationInfo) -> ServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("needs exactly one of `command` (stdio) or `url` (remote)")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"`url` must start with http:// or https://, got {self.url!r}")
+        # `url = "${HUB_URL}"`, HUB_URL unset: the server is failed for that; its URL cannot be judged yet.
+        url, unresolved = self.url, as_object(info.context).get(_UNRESOLVED_URLS) or ()
+        if url is not None and not url.startswith(("http://", "https://")) and url not in unresolved:
+            raise ValueError(f"`url` must start with http:// or https://, got {url!r}")
         return self
 
 
@@ -190,6 +244,7 @@ class Config(_Strict):
     agent: AgentConfig = AgentConfig()
     path: Path | None = Field(default=None, exclude=True)
     home: Path = Field(default_factory=omega_home, exclude=True)
+    _problems: dict[str, str] = PrivateAttr(default_factory=dict[str, str])
 
     @field_validator("servers")
     @classmethod
@@ -201,10 +256,19 @@ class Config(_Strict):
                 raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
         return servers
 
+    @model_validator(mode="after")
+    def _server_problems(self, info: ValidationInfo) -> Config:
+        self._problems = dict(as_object(info.context).get(_PROBLEMS) or {})
+        return self
+
     @property
     def workspace(self) -> Path:
         """The workspace directory (absolute; may not exist yet)."""
         return self.sandbox.workspace or self.home / "workspace"
+
+    def server_problem(self, server_name: str) -> str | None:
+        """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
+        return self._problems.get(server_name)
 
 
 def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path | None:
@@ -228,33 +292,56 @@ def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, s
     return None
 
 
-def expand_vars(value: str, environ: Mapping[str, str], *, where: str) -> str:
-    """Expand `${VAR}` and `${VAR:-default}`.
-
-    Raises:
-        ConfigError: a `${VAR}` without default names an unset variable.
-    """
+def _substitute(value: str, environ: Mapping[str, str], unset: Callable[[str], None]) -> str:
+    """`value` with every reference expanded; an unset one without default is left as written and passed to `unset`."""
 
     def sub(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = environ.get(name)
+        if name == _OMEGA_PYTHON and not found:
+            found = sys.executable or found
         if found is not None and (found != "" or default is None):
             return found
         if default is not None:
             return default
-        raise ConfigError(f"environment variable {name} is not set (use ${{{name}:-default}} for a default)", key=where)
+        unset(name)
+        return match.group(0)
 
     return _VAR.sub(sub, value)
 
 
-def _expand_server(raw: Any, environ: Mapping[str, str], where: str) -> Any:
+def expand_vars(value: str, environ: Mapping[str, str], *, where: str) -> str:
+    """Expand `${VAR}` and `${VAR:-default}` (`${OMEGA_PYTHON}` is omega's interpreter unless set).
+
+    Raises:
+        ConfigError: a `${VAR}` without default names an unset variable.
+    """
+    missing: list[str] = []
+    expanded = _substitute(value, environ, missing.append)
+    if missing:
+        name = missing[0]
+        raise ConfigError(f"environment variable {name} is not set (use ${{{name}:-default}} for a default)", key=where)
+    return expanded
+
+
+def _expand_server(raw: object, environ: Mapping[str, str], where: str, missing: list[tuple[str, str]]) -> object:
+    """`raw` with every string expanded; each unset variable is appended to `missing` as (key, name)."""
     if isinstance(raw, str):
-        return expand_vars(raw, environ, where=where)
+        return _substitute(raw, environ, lambda name: missing.append((where, name)))
     if isinstance(raw, list):
-        return [_expand_server(item, environ, f"{where}[{i}]") for i, item in enumerate(raw)]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
-    if isinstance(raw, dict):
-        return {k: _expand_server(v, environ, f"{where}.{k}") for k, v in raw.items()}  # pyright: ignore[reportUnknownVariableType]
+        items = cast(list[object], raw)
+        return [_expand_server(item, environ, f"{where}[{i}]", missing) for i, item in enumerate(items)]
+    if (table := object_or_none(raw)) is not None:
+        return {k: _expand_server(v, environ, f"{where}.{k}" if where else k, missing) for k, v in table.items()}
     return raw
+
+
+def unset_variables(entry: object, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The `${VAR}` references without default in a `[servers.NAME]` entry whose variable is unset, as
+    (key inside the entry, variable name) pairs in file order, e.g. `("env.BRAVE_API_KEY", "BRAVE_API_KEY")`."""
+    missing: list[tuple[str, str]] = []
+    _expand_server(entry, os.environ if environ is None else environ, "", missing)
+    return missing
 
 
 def _absolute(path: Path | None, base: Path) -> Path | None:
@@ -264,22 +351,58 @@ def _absolute(path: Path | None, base: Path) -> Path | None:
     return Path(os.path.abspath(base / expanded))
 
 
-def _describe(error: ValidationError) -> tuple[str, str]:
-    first = error.errors()[0]
-    key = ".".join(str(part) for part in first["loc"] if part != "__root__")
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    return key, message
+_TABLES: dict[str, type[BaseModel]] = {"sandbox": SandboxConfig, "servers": ServerConfig, "agent": AgentConfig}
+
+
+def _header(table: str, value: object) -> str:
+    """How to write `table`: `[servers.x]` for the user's own `[server.x]`, `[servers.NAME]`, `[sandbox]`."""
+    subtables = [key for key, item in as_object(value).items() if isinstance(item, dict)]
+    return f"[{table}]" if table != "servers" else f"[servers.{subtables[0] if subtables else 'NAME'}]"
+
+
+def _unknown(loc: tuple[int | str, ...], value: object) -> str:
+    """The message for an unknown key, with the close known key (or table) suggested."""
+    key, kind = str(loc[-1]), "table" if object_or_none(value) is not None else "key"
+    if len(loc) == 1:
+        for table, model in _TABLES.items():
+            if kind == "key" and key in model.model_fields:
+                return f"unknown key; `{key}` belongs in {_header(table, None)}"
+        close = difflib.get_close_matches(key, list(_TABLES), n=1)
+        known = "the known tables are [sandbox], [servers.NAME] and [agent]"
+        return f"unknown {kind}; {f'did you mean {_header(close[0], value)}?' if close else known}"
+    model = _TABLES.get(str(loc[0])) if len(loc) == (3 if loc[0] == "servers" else 2) else None
+    if model is None:
+        return "unknown key"
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+    known = f"the known keys are {', '.join(model.model_fields)}"
+    return f"unknown key; {f'did you mean `{close[0]}`?' if close else known}"
+
+
+def _describe(error: ValidationError, unset: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Every problem as (dotted key, message); `unset` maps a key to the unset variable it uses."""
+    described: list[tuple[str, str]] = []
+    for problem in error.errors():
+        loc = tuple(part for part in problem["loc"] if part != "__root__")
+        key = ".".join(str(part) for part in loc)
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            message = _unknown(loc, problem.get("input"))
+        elif problem["type"] in ("model_type", "dict_type"):
+            message = "expected a table"
+        if key in unset:
+            message += f" (it uses ${{{unset[key]}}}, which is not set)"
+        described.append((key, message))
+    return described
 
 
 def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
     """Find, parse, expand and validate the configuration.
 
-    Relative paths in the file resolve against the file's directory.
+    Relative paths in the file resolve against the file's directory. A server using an unset
+    variable is kept, with `Config.server_problem` saying why it cannot start.
 
     Raises:
-        ConfigError: the file cannot be read or parsed, or a value is invalid.
+        ConfigError: the file cannot be read or parsed, or values are invalid (every problem, one line each).
     """
     env = os.environ if environ is None else environ
     found = find_config_path(path, env)
@@ -292,20 +415,26 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
         raise ConfigError(f"invalid TOML: {exc}", path=str(found)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(found)) from None
-    servers = as_object(data.get("servers"))  # not a table: left for validation to report
+    problems: dict[str, str] = {}
+    unset: dict[str, str] = {}
+    unresolved_urls: set[str] = set()
+    servers = as_object(data.get("servers"))  # expanded in place; not a table: left for validation to report
+    for name, entry in list(servers.items()):
+        if as_object(entry).get("enabled") is False:
+            continue  # disabled: never expanded, so never broken by the environment
+        missing: list[tuple[str, str]] = []
+        servers[name] = _expand_server(entry, env, f"servers.{name}", missing)
+        if missing:
+            names = ", ".join(f"{variable} ({key})" for key, variable in missing)
+            problems[name] = f"unset environment variable{'s' if len(missing) > 1 else ''} {names}"
+            unset.update(missing)
+            if isinstance(url := as_object(servers[name]).get("url"), str) and _VAR.search(url):
+                unresolved_urls.add(url)
+    context = {_PROBLEMS: problems, _UNRESOLVED_URLS: frozenset(unresolved_urls)}
     try:
-        if servers:
-            expanded: dict[str, Any] = {}
-            for name, entry in servers.items():
-                disabled = as_object(entry).get("enabled") is False
-                expanded[name] = entry if disabled else _expand_server(entry, env, f"servers.{name}")
-            data["servers"] = expanded
-        config = Config.model_validate({**data, "path": found, "home": home})
-    except ConfigError as exc:
-        raise ConfigError(str(exc), path=str(found)) from None
+        config = Config.model_validate({**data, "path": found, "home": home}, context=context)
     except ValidationError as exc:
-        key, message = _describe(exc)
-        raise ConfigError(message, path=str(found), key=key) from None
+        raise ConfigError.combine([ConfigError(m, path=str(found), key=k) for k, m in _describe(exc, unset)]) from None
     base = found.parent
     sandbox = config.sandbox.model_copy(
         update={

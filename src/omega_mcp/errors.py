@@ -49,14 +49,32 @@ class OmegaError(Exception):
 class ConfigError(OmegaError):
     """The configuration (file, environment or flags) is invalid.
 
-    The message is one line naming the file, the key and what is wrong.
+    `problems` holds one line per problem, each naming the file, the key and what is wrong; `str()`
+    is those lines joined by newlines. Most errors have one; `combine` makes one error of several,
+    so a file with three mistakes is reported whole instead of one mistake per run.
     """
 
     def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
         self.path = path
         self.key = key
         where = ": ".join(part for part in (path, key) if part)
-        super().__init__(f"{where}: {message}" if where else message)
+        line = f"{where}: {message}" if where else message
+        self.problems: list[str] = [line]
+        super().__init__(line)
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+    @classmethod
+    def combine(cls, errors: Sequence[ConfigError]) -> ConfigError:
+        """One error reporting every problem of `errors` in order (`path` and `key` are the first one's)."""
+        if not errors:
+            raise ValueError("ConfigError.combine needs at least one error")
+        first = errors[0]
+        combined = cls(first.problems[0])
+        combined.path, combined.key = first.path, first.key
+        combined.problems = [line for error in errors for line in error.problems]
+        return combined
 
 
 class ToolError(OmegaError):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_cli_support import without_root_warning
 
 PROMPT = "Write note.txt, run bash, read it back."
 CONTENT = "hello from the e2e model"
@@ -250,6 +251,6 @@ def test_missing_key_exits_2_with_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.strip().splitlines() == [
+    assert without_root_warning(done.stderr) == [
         "omega-mcp agent: GEMINI_API_KEY is not set: the gemini provider needs an API key"
     ]

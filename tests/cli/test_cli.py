@@ -158,7 +158,7 @@ def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
     proc = _omega(tmp_path, "claude-config", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)["mcpServers"]["omega"]
-    assert entry["args"][-3:] == ["serve", "--config", str(config)]
+    assert entry["args"][-5:] == ["serve", "--config", str(config), "--workspace", str(tmp_path)]
     http = json.loads(_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
     assert http["mcpServers"]["omega"]["type"] == "http"
     assert http["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765/mcp"

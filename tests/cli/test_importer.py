@@ -147,3 +147,75 @@ def test_two_source_names_that_map_to_one_key_both_get_imported(tmp_path: Path):
     servers = load_config(target, environ={}).servers
     assert sorted(s.command or "" for s in servers.values()) == ["first", "second"]
     assert len(report.added) == 2 and not report.skipped
+
+
+@pytest.mark.parametrize(
+    "omega",
+    [
+        {"command": "/x/.venv/bin/omega-mcp", "args": ["serve"]},
+        {"command": "python3", "args": ["-m", "omega_mcp", "serve"]},
+        {"command": "uvx", "args": ["omega-mcp"]},
+    ],
+)
+def test_an_entry_that_launches_omega_is_skipped_and_named_and_the_rest_imported(tmp_path: Path, omega: dict):
+    data = {"mcpServers": {"omega": omega, "time": {"command": "uvx", "args": ["mcp-server-time"]}}}
+    target = tmp_path / "servers.toml"
+    report = import_servers(_source(tmp_path, data), target)
+    assert report.added == ["time"]
+    assert report.unsupported == {"omega": "it launches omega itself (omega never runs itself)"}
+    assert list(load_config(target, environ={}).servers) == ["time"]
+
+
+def test_import_reports_each_unset_variable_an_imported_server_uses(tmp_path: Path):
+    data = {
+        "mcpServers": {
+            "brave": {"command": "npx", "env": {"BRAVE_API_KEY": "${BRAVE_API_KEY}", "LANG": "${LANG:-C}"}},
+            "hub": {"type": "http", "url": "https://hub.invalid/mcp", "headers": {"Authorization": "Bearer ${T}"}},
+            "off": {"command": "${NOPE}", "disabled": True},
+        }
+    }
+    source, target = _source(tmp_path, data), tmp_path / "servers.toml"
+    report = import_servers(source, target, dry_run=True, environ={"T": "token"})
+    assert report.unset == [("brave", "env.BRAVE_API_KEY", "BRAVE_API_KEY")]
+    assert import_servers(source, target, environ={"BRAVE_API_KEY": "k", "T": "t"}).unset == []
+    assert load_config(target, environ={}).server_problem("brave") is not None
+
+
+def test_import_command_line_warns_about_an_unset_variable_in_one_line(tmp_path: Path):
+    data = {"mcpServers": {"brave": {"command": "npx", "env": {"BRAVE_API_KEY": "${OMEGA_TEST_UNSET_BRAVE_KEY}"}}}}
+    target = tmp_path / "servers.toml"
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
+    env.pop("OMEGA_TEST_UNSET_BRAVE_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "import", str(_source(tmp_path, data)), "--config", str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "warning: [servers.brave] env.BRAVE_API_KEY uses ${OMEGA_TEST_UNSET_BRAVE_KEY}, which is not set: "
+        "the server will be marked failed until it is\n"
+    ) in proc.stdout
+
+
+def test_import_into_a_config_whose_url_is_an_unset_variable_works(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text('[servers.hub]\nurl = "${HUB_URL}"\n')
+    report = import_servers(_source(tmp_path, {"mcpServers": {"time": {"command": "uvx"}}}), target)
+    assert report.added == ["time"]
+    assert list(load_config(target, environ={}).servers) == ["hub", "time"]
+
+
+def test_an_invalid_result_reports_every_problem_against_the_target(tmp_path: Path):
+    target = tmp_path / "servers.toml"
+    target.write_text('[sandbox]\nmode = "yolo"\nbash_timeout = 9999\n')
+    with pytest.raises(ConfigError) as info:
+        import_servers(_source(tmp_path, {"mcpServers": {"time": {"command": "uvx"}}}), target)
+    problems = info.value.problems
+    assert [p.split(": ")[:3] for p in problems] == [
+        [str(target), "the imported result would be invalid", "sandbox.mode"],
+        [str(target), "the imported result would be invalid", "sandbox.bash_timeout"],
+    ]
+    assert target.read_text() == '[sandbox]\nmode = "yolo"\nbash_timeout = 9999\n'

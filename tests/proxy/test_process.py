@@ -18,8 +18,24 @@ from proxy_support import Notifications, alive, child_pids, client, hub, read_pi
 REPO = Path(__file__).parents[2]
 
 
-async def test_the_example_config_exports_mcp_server_time_and_calls_it(rwx_policy: SandboxPolicy):
-    config = load_config(REPO / "servers.toml", environ={"OMEGA_PYTHON": sys.executable, "HOME": str(Path.home())})
+def uncommented_example(tmp_path: Path) -> Path:
+    """The example servers.toml with its `[servers.time]` block uncommented, as its comment tells a user to."""
+    lines = (REPO / "servers.toml").read_text().splitlines()
+    start = lines.index("# [servers.time]")
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("# "))
+    lines[start:end] = [line.removeprefix("# ") for line in lines[start:end]]
+    path = tmp_path / "servers.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_the_example_time_server_once_uncommented_exports_its_tools_and_answers(
+    rwx_policy: SandboxPolicy, tmp_path: Path
+):
+    example = load_config(REPO / "servers.toml", environ={"HOME": str(Path.home())})
+    assert list(example.servers) == []  # shipped commented out: it needs `pip install mcp-server-time`
+    config = load_config(uncommented_example(tmp_path), environ={"HOME": str(Path.home())})  # no OMEGA_PYTHON
+    assert config.servers["time"].command == sys.executable
     async with Downstreams.from_config(config) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
         names = [t.name for t in await toolbox.list_tools()]
         result = await toolbox.call_tool("mcp__time__get_current_time", {"timezone": "UTC"})

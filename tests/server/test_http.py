@@ -231,3 +231,66 @@ def test_a_generated_token_is_reused_and_private(tmp_path: Path):
     assert token_file.stat().st_mode & 0o777 == 0o600
     assert load_or_create_token(token_file, environ={}) == first
     assert load_or_create_token(token_file, environ={"OMEGA_TOKEN": "given"}) == "given"
+
+
+def _serve_http_once(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
+    env.pop("OMEGA_CONFIG", None)
+    return subprocess.run(
+        [*_SERVE, "--workspace", str(tmp_path / "ws"), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+
+
+def _lines_but_the_root_warning(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if not line.startswith("omega-mcp: warning: running as root:")]
+
+
+def test_a_busy_port_is_one_line_naming_the_address_and_exit_two(tmp_path: Path):
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server would: omega must still fail
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = _serve_http_once(tmp_path, "--port", str(port))
+    assert proc.returncode == 2
+    assert _lines_but_the_root_warning(proc.stderr) == [
+        f"omega-mcp: error: --port: cannot listen on 127.0.0.1:{port}: address already in use"
+    ]
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("host", "why"), [("no-such-host.invalid", "unknown host"), ("192.0.2.1", "not an address of this machine")]
+)
+def test_a_bad_host_is_one_line_naming_the_address_and_exit_two(tmp_path: Path, host: str, why: str):
+    port = _free_port()
+    proc = _serve_http_once(tmp_path, "--host", host, "--port", str(port))
+    assert proc.returncode == 2
+    lines = _lines_but_the_root_warning(proc.stderr)
+    assert len(lines) == 1, proc.stderr  # no uvicorn log line, no "serving ..." before the bind
+    assert lines[0].startswith(f"omega-mcp: error: --host: cannot listen on {host}:{port}: {why}")
+
+
+def test_the_hub_announces_once_where_it_serves_after_it_listens(tmp_path: Path):
+    proc, port = _start(tmp_path)
+    log = tmp_path / f"hub-{port}.log"
+    try:
+        # The port accepts connections as soon as omega has bound it; the announcement follows
+        # once uvicorn runs, so wait for it (bounded) before stopping the hub.
+        deadline = time.monotonic() + 20
+        while "serving" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _stop(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    announced = [line for line in (tmp_path / f"hub-{port}.log").read_text().splitlines() if "serving" in line]
+    assert announced == [
+        f"omega-mcp INFO omega_mcp.server.http: serving streamable HTTP at http://127.0.0.1:{port}/mcp "
+        "(loopback only, no token)"
+    ]

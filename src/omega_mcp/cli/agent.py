@@ -2,7 +2,8 @@
 
 This module only opens the toolbox and hands the flags to `omega_mcp.agent.command`, which owns
 provider selection, credentials, the loop, the output formats and the exit codes. The agent
-package is imported inside `run_agent`, after `EarlyStarts.start` (proxy/spawn.py).
+package is imported inside `run_agent`, after `EarlyStarts.start` (proxy/spawn.py). With
+`--no-tools` no downstream server is started: the model gets no tools, so none could be used.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 from typing import TextIO
 
-from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.cli.toolbox import needs_servers, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -23,7 +24,7 @@ async def run_agent(config: Config, args: argparse.Namespace, out: TextIO, early
     """Run the agent loop for `args.prompt`; returns the agent command's exit code."""
     from omega_mcp.agent.command import run_agent_command
 
-    async with open_toolbox(config, args, early) as (toolbox, _):
+    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
         return await run_agent_command(
             prompt=args.prompt,
             config=config,

@@ -3,8 +3,12 @@
 Reads `.mcp.json`, `~/.claude.json` (top-level and per-project `mcpServers`) or
 `claude_desktop_config.json`, and edits servers.toml with tomlkit so comments, formatting and
 existing entries survive. Keys that are not valid server keys are renamed (and reported);
-names already present are kept unless `overwrite`. The new file is validated with the normal
-config loader before it replaces the old one atomically, so a failed import changes nothing.
+names already present are kept unless `overwrite`. An entry that launches omega itself
+(`proxy.recursion.launches_omega`: typically the one `claude-config` wrote) is skipped, since omega
+never runs itself. `${VAR}` references are copied as written; those whose variable is unset in the
+importing environment are reported, since the server stays failed until it is set. The new file is
+validated with the normal config loader (in an empty environment, so the check does not depend on
+the caller's variables) before it replaces the old one atomically, so a failed import changes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -23,8 +27,9 @@ from pydantic import ValidationError
 from tomlkit.exceptions import ParseError
 from tomlkit.items import InlineTable, Table
 
-from omega_mcp.config import ServerConfig, load_config
+from omega_mcp.config import ServerConfig, load_config, unset_variables
 from omega_mcp.errors import ConfigError
+from omega_mcp.proxy.recursion import launches_omega
 
 __all__ = ["ImportReport", "import_servers", "read_mcp_servers"]
 
@@ -33,11 +38,16 @@ _INVALID_KEY = re.compile(r"[^A-Za-z0-9_-]")
 
 @dataclass
 class ImportReport:
+    """What an import did: server keys `added`, `replaced` and `skipped` (already there), source names
+    `renamed` to a key and `unsupported` (with why), and the `unset` variables the written entries use
+    as (server key, key inside the entry, variable name)."""
+
     added: list[str] = field(default_factory=list[str])
     replaced: list[str] = field(default_factory=list[str])
     skipped: list[str] = field(default_factory=list[str])
     renamed: dict[str, str] = field(default_factory=dict[str, str])
     unsupported: dict[str, str] = field(default_factory=dict[str, str])
+    unset: list[tuple[str, str, str]] = field(default_factory=list[tuple[str, str, str]])
 
 
 def _server_key(name: str) -> str:
@@ -104,8 +114,11 @@ def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
         args: object = entry.get("args") or []
         if not isinstance(args, list):
             return None, "`args` is not a list"
-        if args:
-            table.add("args", [str(a) for a in cast(list[object], args)])
+        words = [str(a) for a in cast(list[object], args)]
+        if launches_omega(command, words):
+            return None, "it launches omega itself (omega never runs itself)"
+        if words:
+            table.add("args", words)
         if env := _str_dict(entry.get("env")):
             table.add("env", _inline(env))
         if isinstance(entry.get("cwd"), str):
@@ -146,8 +159,17 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def import_servers(source: Path, target: Path, *, overwrite: bool = False, dry_run: bool = False) -> ImportReport:
+def import_servers(
+    source: Path,
+    target: Path,
+    *,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> ImportReport:
     """Merge the servers of `source` into the servers.toml at `target` (created if missing).
+
+    `environ` (default `os.environ`) is where `${VAR}` references are looked up for `report.unset`.
 
     Raises:
         ConfigError: the source cannot be read, the target cannot be parsed, or the result is invalid.
@@ -187,28 +209,21 @@ def import_servers(source: Path, target: Path, *, overwrite: bool = False, dry_r
         else:
             report.added.append(key)
         section.add(key, table)
+        if entry.get("disabled") is not True:  # a disabled entry is never expanded
+            unset = unset_variables(table.unwrap(), os.environ if environ is None else environ)
+            report.unset += [(key, where, variable) for where, variable in unset]
     text = tomlkit.dumps(document)
-    # Validate exactly what would be written (variables stay unexpanded: check syntax and keys only).
+    # Validate exactly what would be written. In an empty environment every `${VAR}` without default
+    # stays unresolved, which only marks its server failed: this checks syntax and keys only.
     with tempfile.TemporaryDirectory() as scratch:
         candidate = Path(scratch) / "servers.toml"
         candidate.write_text(text, encoding="utf-8")
         try:
-            load_config(candidate, environ=_AnyVar())
+            load_config(candidate, environ={})
         except ConfigError as exc:
-            raise ConfigError(f"the imported result would be invalid: {exc}", path=str(target)) from None
+            problems = [line.removeprefix(f"{candidate}: ") for line in exc.problems]
+            errors = [ConfigError(f"the imported result would be invalid: {p}", path=str(target)) for p in problems]
+            raise ConfigError.combine(errors) from None
     if not dry_run:
         _write_atomically(target, text)
     return report
-
-
-class _AnyVar(Mapping[str, str]):
-    """An environment in which every `${VAR}` is set, so validation does not depend on the caller's env."""
-
-    def __getitem__(self, key: str) -> str:
-        return "x"
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0

@@ -4,12 +4,15 @@ stdout is the MCP wire under `serve` (stdio), so everything else logs to stderr.
 the config file, which overrides defaults. Exit codes: 0 success, 1 tool or agent failure,
 2 usage or config error (one line naming the file, the key and the problem; never a traceback).
 The command modules keep the SDK, proxy, server, toolbox and agent imports inside their functions,
-so the downstream servers are spawned before any of that loads.
+so the downstream servers are spawned before any of that loads (only for commands that can use them:
+`toolbox.needs_servers`). Run as root, the commands that run tools print one warning line once the
+config is loaded: Landlock does not protect other processes from root.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -23,9 +26,11 @@ from omega_mcp.cli.oneshot import run_call, run_tools
 from omega_mcp.cli.register import run_claude_config, run_import
 from omega_mcp.cli.serve import run_serve
 from omega_mcp.cli.signals import SignalGuard
+from omega_mcp.cli.toolbox import needs_servers
 from omega_mcp.config import Config, load_config
 from omega_mcp.errors import ConfigError, OmegaError, first_leaf
 from omega_mcp.loglevels import name_levels
+from omega_mcp.proxy.recursion import MARKER, started_by_omega
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.version import __version__
 
@@ -34,61 +39,157 @@ __all__ = ["main"]
 logger = logging.getLogger("omega_mcp")
 
 
-def _add_common(parser: argparse.ArgumentParser, *, sandbox_flags: bool = True) -> None:
-    parser.add_argument("--config", metavar="PATH", help="servers.toml to use (default: lookup order in the README)")
+_CONFIG_HELP = (
+    "servers.toml to use (default: $OMEGA_CONFIG, else ./servers.toml, else $OMEGA_HOME/servers.toml; "
+    "none found: built-in tools only)"
+)
+_MODES = ("sandbox", "rx", "rwx")
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a command whose reader went away
+
+
+def _add_common(
+    parser: argparse.ArgumentParser, *, sandbox_flags: bool = True, config_help: str = _CONFIG_HELP
+) -> None:
+    parser.add_argument("--config", metavar="PATH", help=config_help)
     if sandbox_flags:
-        parser.add_argument("--mode", choices=("sandbox", "rx", "rwx"), help="sandbox mode (overrides the config)")
-        parser.add_argument("--workspace", metavar="DIR", help="workspace directory (overrides the config)")
+        parser.add_argument(
+            "--mode",
+            choices=_MODES,
+            help="sandbox mode: sandbox (no network for bash), rx (network), rwx (write anywhere but the "
+            "blocklist) (default: [sandbox] mode, else sandbox)",
+        )
+        parser.add_argument(
+            "--workspace",
+            metavar="DIR",
+            help="where relative paths resolve and bash runs, created if missing "
+            "(default: [sandbox] workspace, else $OMEGA_HOME/workspace)",
+        )
     parser.add_argument(
-        "--log-level", metavar="LEVEL", help="stderr log level: debug, info, warning, error (default: info for serve)"
+        "--log-level",
+        metavar="LEVEL",
+        help="stderr log level: debug, info, warning or error (default: info for serve, warning otherwise)",
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The `omega-mcp` argument parser: every command, every flag with its help."""
     parser = argparse.ArgumentParser(
         prog="omega-mcp",
         description="A sandboxed MCP tool hub: built-in bash/read/write/edit, downstream MCP servers as "
         "mcp__<server>__<tool>, and an agent loop for HTTP LLM providers.",
+        epilog="Exit codes: 0 success, 1 tool, server or agent failure, 2 usage or config error.",
     )
     parser.add_argument("--version", action="version", version=f"omega-mcp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the MCP server (stdio by default, --http for streamable HTTP)")
     _add_common(serve)
-    serve.add_argument("--http", action="store_true", help="serve streamable HTTP at http://HOST:PORT/mcp")
-    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--http", action="store_true", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="HTTP bind address (default: 127.0.0.1; any other address requires the bearer token)",
+    )
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765)")
 
-    tools = sub.add_parser("tools", help="list the aggregated namespace with each server's status")
+    tools_help = "list the aggregated namespace with each server's status (exit 1 if an enabled server is down)"
+    tools = sub.add_parser(
+        "tools",
+        help=tools_help,
+        description=f"{tools_help[0].upper()}{tools_help[1:]}. The first line names the config file used.",
+        epilog="Exit codes: 0 every enabled server connected, 1 an enabled server did not connect (its line "
+        "says why), 2 usage or config error.",
+    )
     _add_common(tools)
-    tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tools.add_argument(
+        "--json", action="store_true", help="print one JSON object (config, tools, servers, sandbox) instead of a table"
+    )
 
     call = sub.add_parser("call", help="call one tool and print the result (exit 1 if isError)")
-    call.add_argument("tool", metavar="TOOL")
-    call.add_argument("arguments", metavar="JSON_ARGS", nargs="?", default="{}", help="tool arguments as a JSON object")
+    call.add_argument(
+        "tool",
+        metavar="TOOL",
+        help="a name as `omega-mcp tools` lists it; a built-in (any case) starts no downstream server",
+    )
+    call.add_argument(
+        "arguments", metavar="JSON_ARGS", nargs="?", default="{}", help="tool arguments as a JSON object (default: {})"
+    )
     _add_common(call)
 
     agent = sub.add_parser("agent", help="run the agent loop with an HTTP LLM provider over the same tools")
-    agent.add_argument("prompt", metavar="PROMPT")
-    agent.add_argument("--provider", choices=("openai", "anthropic", "ollama", "openrouter", "gemini"))
-    agent.add_argument("--model", metavar="M")
-    agent.add_argument("--base-url", metavar="URL")
-    agent.add_argument("--max-turns", type=int, metavar="N")
-    agent.add_argument("--no-tools", action="store_true", help="send no tools at all")
-    agent.add_argument("--allow-tool", action="append", metavar="GLOB", help="limit the tools (repeatable)")
-    agent.add_argument("--system", metavar="TEXT", help="system prompt")
-    agent.add_argument("--json", action="store_true", help='print {"output","turns","usage","messages"}')
+    agent.add_argument("prompt", metavar="PROMPT", help="the task for the model")
+    agent.add_argument(
+        "--provider",
+        choices=("openai", "anthropic", "ollama", "openrouter", "gemini"),
+        help="LLM provider (default: [agent] provider in servers.toml)",
+    )
+    agent.add_argument(
+        "--model", metavar="M", help="model name (default: [agent] model, else the provider's default model)"
+    )
+    agent.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="provider endpoint (default: [agent] base_url, else the provider's *_BASE_URL or OLLAMA_HOST "
+        "variable, else its public API)",
+    )
+    agent.add_argument(
+        "--max-turns",
+        type=int,
+        metavar="N",
+        help="model requests before giving up with exit 1 (default: [agent] max_turns, else 25)",
+    )
+    agent.add_argument("--no-tools", action="store_true", help="send no tools at all (and start no downstream server)")
+    agent.add_argument(
+        "--allow-tool",
+        action="append",
+        metavar="GLOB",
+        help="offer only the tools matching GLOB, e.g. 'mcp__time__*' (repeatable; default: every tool)",
+    )
+    agent.add_argument("--system", metavar="TEXT", help="system prompt (default: none)")
+    agent.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object {"output", "turns", "usage", "messages"} instead of the answer',
+    )
     _add_common(agent)
 
     imp = sub.add_parser("import", help="add the mcpServers of a Claude Code / Claude Desktop JSON to servers.toml")
     imp.add_argument("source", metavar="JSON_FILE", help=".mcp.json, ~/.claude.json or claude_desktop_config.json")
     imp.add_argument("--overwrite", action="store_true", help="replace servers that already exist")
     imp.add_argument("--dry-run", action="store_true", help="show what would change, write nothing")
-    _add_common(imp, sandbox_flags=False)
+    _add_common(
+        imp,
+        sandbox_flags=False,
+        config_help="servers.toml to add to, created if missing (default: the one found by the lookup order, "
+        "else $OMEGA_HOME/servers.toml)",
+    )
 
-    claude = sub.add_parser("claude-config", help="print the JSON to paste into Claude Code settings")
-    _add_common(claude, sandbox_flags=False)
-    claude.add_argument("--http", metavar="URL", help="point Claude Code at a running hub instead of stdio")
+    claude = sub.add_parser(
+        "claude-config", help="print the JSON entry for Claude Code's .mcp.json (stdout holds only the JSON)"
+    )
+    _add_common(
+        claude,
+        sandbox_flags=False,
+        config_help="servers.toml the entry passes to serve (default: the one found by the lookup order, if any)",
+    )
+    claude.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="workspace written into the entry (default: the current directory, made absolute)",
+    )
+    claude.add_argument(
+        "--mode",
+        choices=_MODES,
+        help="sandbox mode written into the entry (default: none written, so the config's applies)",
+    )
+    claude.add_argument(
+        "--http",
+        metavar="URL",
+        help="point Claude Code at a running hub (e.g. http://127.0.0.1:8765/mcp) instead of starting omega; "
+        "the hub has its own workspace and mode",
+    )
     return parser
 
 
@@ -145,15 +246,54 @@ async def _one_shot(config: Config, args: argparse.Namespace, early: EarlyStarts
 
 def _run(config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts) -> int:
     try:
-        return anyio.run(_dispatch, config, args, guard, early)
-    except BaseExceptionGroup as group:
-        raise first_leaf(group) from None
+        try:
+            return anyio.run(_dispatch, config, args, guard, early)
+        except BaseExceptionGroup as group:
+            raise first_leaf(group) from None
+    except BrokenPipeError:
+        # `omega-mcp tools | head`: the reader left. Stop quietly, as `cat` would (exit 128 + SIGPIPE),
+        # with stdout pointed at /dev/null so the interpreter's final flush cannot complain either.
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _EXIT_BROKEN_PIPE
 
 
 def _load(args: argparse.Namespace) -> Config:
     if args.command == "import" and args.config and not os.path.lexists(os.path.expanduser(args.config)):
         return Config()  # `import` creates the file it is pointed at
     return load_config(args.config)
+
+
+def _refuse_recursion(args: argparse.Namespace) -> None:
+    """`serve` started (however indirectly) as a downstream server of another omega stops at once."""
+    parent = started_by_omega()
+    if args.command == "serve" and parent is not None:
+        raise UsageError(
+            f"this omega was started by another omega (pid {parent}, ${MARKER}) as one of its servers: "
+            "omega never runs itself; remove that entry from the other omega's servers.toml"
+        )
+
+
+def root_warning(euid: int | None = None) -> str | None:
+    """The warning line for running as root (`euid` defaults to the process's), or None."""
+    if sys.platform == "win32" or (os.geteuid() if euid is None else euid) != 0:
+        return None
+    return (
+        "omega-mcp: warning: running as root: Landlock's ptrace scoping does not protect other processes "
+        "from root (bash could read their /proc/<pid>/environ) and downstream servers get root's rights; "
+        "run omega as a normal user"
+    )
+
+
+def _warn_if_root(args: argparse.Namespace) -> None:
+    """Once per run, for the commands that run tools (and unless --log-level hides warnings)."""
+    line = root_warning()
+    if (
+        line is not None
+        and args.command in ("serve", "tools", "call", "agent")
+        and logger.isEnabledFor(logging.WARNING)
+    ):
+        say(line)
 
 
 def _check_std_streams(args: argparse.Namespace) -> None:
@@ -168,7 +308,7 @@ def _check_std_streams(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.log_level is None:
         # The hub reports its startup and sandbox on stderr; one-shot commands stay quiet.
         args.log_level = "info" if args.command == "serve" else "warning"
@@ -176,15 +316,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_std_streams(args)
         _setup_logging(args.log_level)
+        _refuse_recursion(args)
         config = _load(args)
+        _warn_if_root(args)
         guard.hold()  # from here on a signal must reach the cleanup that stops the servers
         with EarlyStarts() as early:
-            if args.command not in ("claude-config", "import"):
-                # Downstream servers start loading now, while omega itself is still importing the SDK.
+            if needs_servers(args):
+                # Downstream servers start loading now, while omega itself is still importing the SDK
+                # (not for a command that cannot use them: claude-config, import, a built-in call,
+                # agent --no-tools).
                 early.start(config)
             return _run(config, args, guard, early)
     except (ConfigError, UsageError) as exc:
-        say(f"omega-mcp: error: {exc}")
+        for line in str(exc).splitlines() or [""]:  # a ConfigError may carry several problems, one a line
+            say(f"omega-mcp: error: {line}")
         return EXIT_USAGE
     except OmegaError as exc:
         say(f"omega-mcp: {exc}")

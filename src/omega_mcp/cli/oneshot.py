@@ -2,20 +2,22 @@
 
 Both are one-shot: they start the toolbox, wait until every downstream server has connected or
 failed, do their one thing and exit. Results go to stdout (a table, JSON, or the tool's content
-blocks), notes to stderr; `call` exits 1 when the result is an error or the tool is unknown. The
-SDK-backed modules are imported inside the functions, after `EarlyStarts.start` (proxy/spawn.py).
+blocks), notes to stderr. `tools` says first which config file it used, shows a server that did
+not connect as `failed: <reason>` (it looks once: no retry is announced, none happens) and exits 1
+when any enabled server is not connected, so a script can check a setup. `call` exits 1 when the
+result is an error or the tool is unknown, and a built-in tool starts no downstream server at all.
+The SDK-backed modules are imported inside the functions, after `EarlyStarts.start` (proxy/spawn.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from omega_mcp.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, say
-from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.cli.toolbox import needs_servers, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -29,13 +31,25 @@ def _tool_json(tool: Any) -> dict[str, Any]:
     return tool.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def _state(status: ServerStatus) -> str:
+    """connected, disabled or failed: what one look found (a server still starting has not connected)."""
+    return status.state if status.state in ("connected", "disabled") else "failed"
+
+
+def _reason(status: ServerStatus) -> str | None:
+    if _state(status) != "failed":
+        return None
+    if status.reason:
+        return status.reason
+    return "did not connect in time" if status.state == "connecting" else "not connected"
+
+
 def _server_line(status: ServerStatus) -> str:
     if status.state == "connected":
         return f"{status.server_name}: connected ({len(status.tools)} tools)"
     if status.state == "disabled":
         return f"{status.server_name}: disabled"
-    retry = f"; retrying in {math.ceil(status.retry_in_seconds)} s" if status.retry_in_seconds is not None else ""
-    return f"{status.server_name}: {status.state}: {status.reason or 'not connected'}{retry}"
+    return f"{status.server_name}: failed: {_reason(status)}"
 
 
 async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
@@ -49,17 +63,14 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         namespace = toolbox.namespace()
         statuses = downstreams.statuses()
         exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
+        code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
         if args.json:
             servers = {
-                s.server_name: {
-                    "state": s.state,
-                    "reason": s.reason,
-                    "retry_in_seconds": s.retry_in_seconds,
-                    "tools": exported[s.server_name],
-                }
+                s.server_name: {"state": _state(s), "reason": _reason(s), "tools": exported[s.server_name]}
                 for s in statuses
             }
             payload = {
+                "config": str(config.path) if config.path is not None else None,
                 "tools": [_tool_json(t) for t in tools],
                 "servers": servers,
                 "sandbox": {
@@ -69,7 +80,8 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 },
             }
             out.write(json.dumps(payload, indent=2) + "\n")
-            return EXIT_OK
+            return code
+        out.write(f"config: {config.path if config.path is not None else 'none (built-in tools only)'}\n")
         by_name = {t.name: t for t in tools}
         width = max(len(name) for name in by_name)
         builtins = [t.name for t in tools if namespace.resolve(t.name) == Route(None, t.name)]
@@ -81,7 +93,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 description = (by_name[name].description or "").strip()
                 summary = description.splitlines()[0] if description else ""
                 out.write(f"  {name:<{width}}  {summary}\n")
-    return EXIT_OK
+    return code
 
 
 def _render_block(block: Any) -> str:
@@ -103,7 +115,7 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
         raise UsageError(f"JSON_ARGS is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
         raise UsageError('JSON_ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
-    async with open_toolbox(config, args, early) as (toolbox, _):
+    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
         try:
             result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
         except UnknownToolError as exc:

@@ -1,8 +1,11 @@
 """`omega-mcp import` and `omega-mcp claude-config`: connect omega with Claude Code, in both directions.
 
 `import` copies the `mcpServers` of a Claude JSON file into servers.toml (the work is in
-`omega_mcp.cli.importer`); `claude-config` prints the entry that points Claude Code at omega. Neither
-starts the toolbox or imports the MCP SDK, and `claude-config` runs without `EarlyStarts.start` (proxy/spawn.py).
+`omega_mcp.cli.importer`); `claude-config` prints the entry that points Claude Code at omega: over
+stdio with the project as the workspace (`--workspace`, default the current directory, since Claude
+Code starts the server there), or at a hub with `--http` (its token hint on stderr; stdout stays pure
+JSON). Neither starts the toolbox or imports the MCP SDK, and `claude-config` runs without
+`EarlyStarts.start` (proxy/spawn.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from omega_mcp.cli.common import EXIT_OK
+from omega_mcp.cli.common import EXIT_OK, UsageError, say
 from omega_mcp.config import Config
 
 __all__ = ["run_claude_config", "run_import"]
@@ -39,25 +42,69 @@ def run_import(config: Config, args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"kept the existing [servers.{name}] (use --overwrite to replace it)\n")
     for name, why in report.unsupported.items():
         out.write(f"skipped {name!r}: {why}\n")
+    for name, key, variable in report.unset:
+        out.write(
+            f"warning: [servers.{name}] {key} uses ${{{variable}}}, which is not set: "
+            "the server will be marked failed until it is\n"
+        )
     out.write(f"{'dry run: nothing written to' if args.dry_run else 'wrote'} {target}\n")
     return EXIT_OK
 
 
 def run_claude_config(config: Config, args: argparse.Namespace, out: TextIO) -> int:
-    """Print the `mcpServers` JSON that runs this omega over stdio, or points at a hub with --http."""
+    """Print the `mcpServers` JSON that runs this omega over stdio on a project, or points at a hub with --http.
+
+    stdout holds only the JSON (`omega-mcp claude-config > .mcp.json`); with --http, how to give
+    Claude Code the hub's token goes to stderr.
+    """
     if args.http:
+        if args.workspace is not None or args.mode is not None:
+            raise UsageError(
+                "--workspace and --mode do not apply with --http: the hub has its own "
+                "(pass them to `omega-mcp serve --http`)"
+            )
         entry: dict[str, Any] = {
             "type": "http",
             "url": args.http,
             "headers": {"Authorization": "Bearer ${OMEGA_TOKEN}"},
         }
+        _token_hint(config)
     else:
-        script = Path(sys.executable).with_name("omega-mcp")
-        found = str(script) if script.exists() else shutil.which("omega-mcp")
-        command, prefix = (found, []) if found else (sys.executable, ["-m", "omega_mcp"])
-        cli_args = [*prefix, "serve"]
-        if config.path is not None:
-            cli_args += ["--config", str(config.path)]
-        entry = {"type": "stdio", "command": command, "args": cli_args, "env": {}}
+        entry = _stdio_entry(config, args)
     out.write(json.dumps({"mcpServers": {"omega": entry}}, indent=2) + "\n")
     return EXIT_OK
+
+
+def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """`omega-mcp serve --config ... --workspace DIR [--mode M]`, with OMEGA_HOME kept when it is set.
+
+    Claude Code starts a stdio server in the project directory, so the workspace defaults to the
+    current directory: the project `claude-config` is run in.
+    """
+    script = Path(sys.executable).with_name("omega-mcp")
+    found = str(script) if script.exists() else shutil.which("omega-mcp")
+    command, prefix = (found, []) if found else (sys.executable, ["-m", "omega_mcp"])
+    cli_args = [*prefix, "serve"]
+    if config.path is not None:
+        cli_args += ["--config", str(config.path)]
+    cli_args += ["--workspace", os.path.abspath(os.path.expanduser(args.workspace or os.curdir))]
+    if args.mode is not None:
+        cli_args += ["--mode", args.mode]
+    env = {"OMEGA_HOME": str(config.home)} if os.environ.get("OMEGA_HOME") else {}
+    return {"type": "stdio", "command": command, "args": cli_args, "env": env}
+
+
+def _token_hint(config: Config) -> None:
+    """Tell (on stderr) where the hub's token is and how Claude Code gets it into the header."""
+    from omega_mcp.sandbox.policy import TOKEN_FILE_NAME
+
+    token_file = config.home / TOKEN_FILE_NAME
+    say(
+        "omega-mcp: Claude Code fills ${OMEGA_TOKEN} in the entry's header from its own environment; "
+        "before starting claude:"
+    )
+    say(f'  export OMEGA_TOKEN="$(cat {token_file})"')
+    say(
+        "omega-mcp: that is the hub's token file, written the first time a hub needs a token (bound off "
+        "loopback); a hub started with OMEGA_TOKEN set uses that value, and a loopback hub without it checks none"
+    )

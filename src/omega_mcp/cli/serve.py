@@ -2,14 +2,17 @@
 
 stdout is the MCP wire under stdio, so the effective sandbox and everything else is logged to
 stderr. The command runs until the client goes away or SIGINT/SIGTERM arrives (through the
-`SignalGuard` that `main` passes in), then shuts down through the normal bounded cleanup. The
-server modules are imported inside `run_serve`, after `EarlyStarts.start` (proxy/spawn.py).
+`SignalGuard` that `main` passes in), then shuts down through the normal bounded cleanup. Under
+`--http` the port is bound first, before any server starts, so a busy port or a bad host is one
+usage error naming the address. The server modules are imported inside `run_serve`, after
+`EarlyStarts.start` (proxy/spawn.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from typing import Any
 
 import anyio
@@ -29,13 +32,32 @@ async def run_serve(
     config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts | None = None
 ) -> int:
     """Serve the toolbox until the client leaves or a signal arrives; returns the exit code."""
+    if args.http and not 0 < args.port < 65536:
+        raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
+    sockets: list[socket.socket] = []
+    if args.http:
+        from omega_mcp.server.http import bind_http
+
+        sockets = bind_http(args.host, args.port)
+    try:
+        return await _serve(config, args, guard, early, sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def _serve(
+    config: Config,
+    args: argparse.Namespace,
+    guard: SignalGuard,
+    early: EarlyStarts | None,
+    sockets: list[socket.socket],
+) -> int:
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.server.instructions import hub_instructions
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
 
-    if args.http and not 0 < args.port < 65536:
-        raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
@@ -50,7 +72,7 @@ async def run_serve(
             if args.http:
                 from omega_mcp.server.http import serve_http
 
-                await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file)
+                await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file, sockets=sockets)
             else:
                 logger.info("serving MCP on stdio")
                 await run_stdio(server)

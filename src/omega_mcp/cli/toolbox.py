@@ -1,9 +1,11 @@
 """The started Toolbox that `serve`, `tools`, `call` and `agent` run over.
 
 Resolves the sandbox policy (flags over the config file over defaults), creates the workspace or
-fails with a ConfigError naming where it was set, and starts the downstream servers. The sandbox,
-proxy and toolbox modules are imported inside the functions: the SDK must not load before
-`EarlyStarts.start` (proxy/spawn.py) has started the downstream servers.
+fails with a ConfigError naming where it was set, and starts the downstream servers, unless the
+command cannot use them (`needs_servers`: a `call` of a built-in tool, `agent --no-tools`); `main`
+asks the same function before `EarlyStarts.start` (proxy/spawn.py). The sandbox, proxy and toolbox
+modules are imported inside the functions: the SDK must not load before that early start.
+One-shot commands look once and exit, so their servers never announce a retry (`one_shot`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,24 @@ if TYPE_CHECKING:
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
-__all__ = ["SERVE_STARTUP_WAIT_SECONDS", "open_toolbox"]
+__all__ = ["BUILTIN_TOOL_NAMES", "SERVE_STARTUP_WAIT_SECONDS", "needs_servers", "open_toolbox"]
+
+BUILTIN_TOOL_NAMES = frozenset({"bash", "read", "write", "edit", "bash_output", "kill_shell"})
+"""The names in `omega_mcp.builtin.schemas.BUILTIN_TOOLS` (a test keeps them equal), known here
+without importing the SDK, which that module does."""
 
 SERVE_STARTUP_WAIT_SECONDS = 10.0
 """How long the first tools/list of `serve` waits for slow downstream servers; the ones that
 arrive later are announced with notifications/tools/list_changed."""
+
+
+def needs_servers(args: argparse.Namespace) -> bool:
+    """Whether the command can use a downstream server (`call` of a built-in and `agent --no-tools` cannot)."""
+    if args.command == "call":
+        return str(args.tool).casefold() not in BUILTIN_TOOL_NAMES
+    if args.command == "agent":
+        return not args.no_tools
+    return args.command in ("serve", "tools")
 
 
 def _policy(config: Config, args: argparse.Namespace) -> Any:
@@ -57,13 +72,15 @@ def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace)
 
 @asynccontextmanager
 async def open_toolbox(
-    config: Config, args: argparse.Namespace, early: EarlyStarts | None = None
+    config: Config, args: argparse.Namespace, early: EarlyStarts | None = None, *, with_servers: bool = True
 ) -> AsyncGenerator[tuple[Toolbox, Downstreams]]:
     """A started Toolbox over the built-ins and the configured downstream servers, and those servers.
 
     The downstream servers connect in the background, in parallel. Under `serve` a listing waits
     for them at most SERVE_STARTUP_WAIT_SECONDS; one-shot commands (`tools`, `call`, `agent`)
-    wait until each has connected or failed (within its own connect timeout).
+    wait until each has connected or failed (within its own connect timeout). With
+    `with_servers=False` no server is started: the Toolbox has the built-ins only, and the
+    Downstreams yielded is empty.
     """
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
@@ -71,6 +88,11 @@ async def open_toolbox(
     policy = _policy(config, args)
     _ensure_workspace(policy.workspace, config, args)
     startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
-    downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait, early=early)
-    async with downstreams, Toolbox(policy, downstreams if config.servers else None) as toolbox:
+    if with_servers:
+        # A one-shot command looks once and exits: it neither announces nor promises a retry.
+        one_shot = args.command != "serve"
+        downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait, early=early, one_shot=one_shot)
+    else:
+        downstreams = Downstreams([])
+    async with downstreams, Toolbox(policy, downstreams if with_servers and config.servers else None) as toolbox:
         yield toolbox, downstreams

@@ -64,9 +64,10 @@ def timed_out(server_name: str, tool_name: str, timeout: float) -> str:
     )
 
 
-def went_away(server_name: str, tool_name: str) -> str:
-    """The isError text of a call whose server died under it."""
-    return f"server {server_name} went away during the call to {tool_name}; omega will restart it"
+def went_away(server_name: str, tool_name: str, *, remote: bool = False) -> str:
+    """The isError text of a call whose server died (or, `remote`, whose connection broke) under it."""
+    again = "reconnect to it" if remote else "restart it"
+    return f"server {server_name} went away during the call to {tool_name}; omega will {again}"
 
 
 def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
@@ -99,7 +100,7 @@ async def forward_call(
             return error_wire(timed_out(server_name, tool_name, timeout))
         if exc.code == types.CONNECTION_CLOSED:
             session.lose("the server closed the connection")
-            return error_wire(went_away(server_name, tool_name))
+            return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str)))
         return error_wire(refused(server_name, tool_name, exc.message, exc.code))
     except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
         session.lose(f"{type(exc).__name__}: {exc}")

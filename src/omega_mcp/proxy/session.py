@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, Self, TypeVar, cast
 
 import anyio
@@ -44,9 +44,34 @@ from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Target, usable_tools
 from omega_mcp.proxy.stdio import StdioTransport
 from omega_mcp.version import __version__
 
-__all__ = ["DownstreamSession"]
+__all__ = ["DownstreamSession", "quiet_transport_logs"]
 
 logger = logging.getLogger(__name__)
+
+
+class _Demote(logging.Filter):
+    """Turns the SDK client transports' own log records into debug records.
+
+    They log every failed connection attempt as an error with its traceback; omega reports the
+    reason itself, once, in one line ("server X is down: ..."), and retries.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+@contextmanager
+def quiet_transport_logs() -> Generator[None]:
+    """While entered, the SDK's HTTP and SSE client transports log at debug level only."""
+    demote, names = _Demote(), ("mcp.client.sse", "mcp.client.streamable_http")
+    for name in names:
+        logging.getLogger(name).addFilter(demote)
+    try:
+        yield
+    finally:
+        for name in names:
+            logging.getLogger(name).removeFilter(demote)
 
 
 _CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
@@ -169,14 +194,16 @@ class DownstreamSession(AsyncContextManagerMixin):
         if isinstance(read, PipeReader) and isinstance(write, PipeWriter):
             self.pipes = (read, write)
             if self.stdio is not None and self.stdio.early_initialize:
-                early = await self._early_answer(read)
+                with anyio.fail_after(self.spec.timeout_seconds):  # initialize is a request: `timeout` bounds it
+                    early = await self._early_answer(read)
         dispatcher = JSONRPCDispatcher[Any](
             _EofWatch(read, lambda: self._lost("the server closed the connection")), write
         )
         session = ClientSession(dispatcher=dispatcher, client_info=_CLIENT_INFO, message_handler=self._on_message)
         await stack.enter_async_context(session)
         if early is None:
-            result = await session.initialize()
+            with anyio.fail_after(self.spec.timeout_seconds):
+                result = await session.initialize()
         else:
             # EarlyStarts already sent `initialize`: take its answer and finish the handshake.
             result = types.InitializeResult.model_validate(early, by_name=False)
@@ -215,6 +242,8 @@ class DownstreamSession(AsyncContextManagerMixin):
 
     def failure(self, exc: BaseException) -> str:
         """Why this connection failed, in one line for `server X is down: ...`."""
+        if isinstance(exc, TimeoutError):  # only the handshake is bounded by a raising timeout
+            return self.with_exit(f"no answer to initialize within timeout ({self.spec.timeout_seconds:g} s)")
         if isinstance(exc, OSError) and self.stdio is not None and self.stdio.pid is None:
             return f"cannot start {self.stdio.params.command!r}: {exc.strerror or exc}"
         if isinstance(exc, MCPError):
@@ -331,6 +360,12 @@ class DownstreamSession(AsyncContextManagerMixin):
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 break
+        for glob in self.spec.unmatched_globs([t.name for t in tools]):
+            if f"filter {glob}" not in self._warned:  # once per server and glob, across re-lists
+                self._warned.add(f"filter {glob}")
+                logger.warning(
+                    "server %s: the filter %r matches none of its %d tools", self.spec.server_name, glob, len(tools)
+                )
         return tuple(t for t in tools if self.spec.exports(t.name))
 
     async def _optional(self, kind: str, fetch: Callable[[], Awaitable[Sequence[_T]]]) -> tuple[_T, ...]:

@@ -6,7 +6,8 @@ at once and sent its `initialize` request as plain JSON, and both sides load in 
 connection attempt of each server then `adopt()`s its process and picks up the handshake answer
 (see `session.py`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
 Processes nobody adopted are killed when the `EarlyStarts` closes. Env: the SDK's default inherited
-variables (`INHERITED_ENV`, checked against the SDK by a test) plus the server's `env`.
+variables (`INHERITED_ENV`, checked against the SDK by a test), `PASSED_ENV` and `LC_*`, the
+server's `env`, and omega's marker (`recursion.MARKER`).
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from omega_mcp.proxy.recursion import MARKER, launches_omega, started_by_omega
 from omega_mcp.sandbox.processes import popen_group, signal_group
 from omega_mcp.version import __version__
 
 if TYPE_CHECKING:
     from omega_mcp.config import Config
 
-__all__ = ["INHERITED_ENV", "INIT_ID", "EarlyStarts", "Spawned", "spawn"]
+__all__ = ["INHERITED_ENV", "INIT_ID", "PASSED_ENV", "EarlyStarts", "Spawned", "default_environment", "spawn"]
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What the SDK's `get_default_environment()` passes to a stdio server on POSIX."""
+PASSED_ENV = ("LANG", "TZ", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+"""Also passed on, as Claude Code does: the locale and time zone, and the proxy settings (with `LC_*`)."""
 HANDSHAKE_VERSION = "2025-11-25"
 """The newest handshake-era protocol version (the SDK's LATEST_HANDSHAKE_VERSION)."""
 INIT_ID = "omega-early-initialize"
@@ -50,9 +54,18 @@ class Spawned:
 
 
 def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a stdio server: the inherited basics plus its own `env`."""
-    env = {k: v for k in INHERITED_ENV if (v := os.environ.get(k)) is not None and not v.startswith("()")}
-    return env | dict(extra or {})
+    """The environment of a stdio server: the SDK's basics, locale, time zone and proxies, then its own `env`.
+
+    `recursion.MARKER` (omega's pid) is always set last, so an omega started below this one, however
+    indirectly, knows it and starts no servers of its own.
+    """
+    wanted = (*INHERITED_ENV, *PASSED_ENV)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in wanted or k.startswith("LC_")) and not v.startswith("()")  # no exported bash functions
+    }
+    return env | dict(extra or {}) | {MARKER: str(os.getpid())}
 
 
 def _key(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Key:
@@ -109,9 +122,17 @@ class EarlyStarts:
         self.discard_all()
 
     def start(self, config: Config) -> None:
-        """Start every enabled stdio server of `config` and send it `initialize` (best effort)."""
+        """Start every enabled stdio server of `config` and send it `initialize` (best effort).
+
+        Servers the supervisor will refuse (a config problem, omega itself, or any stdio server when
+        this omega was started by another) are left alone: it reports why.
+        """
+        if started_by_omega() is not None:
+            return
         for server_name, server in config.servers.items():
             if not server.enabled or server.command is None or server_name in self._waiting:
+                continue
+            if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
             key = _key(server.command, server.args, server.env or None, server.cwd)
             try:

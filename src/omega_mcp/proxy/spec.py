@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from omega_mcp._sdk import Transport
 from omega_mcp.config import ServerConfig
 from omega_mcp.narrow import as_object
+from omega_mcp.proxy.recursion import launches_omega
 
 __all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
 
@@ -47,10 +48,16 @@ class DownstreamSpec:
     tools: tuple[str, ...] | None = None
     exclude_tools: tuple[str, ...] = ()
     enabled: bool = True
+    problem: str | None = None
+    """Why the server cannot start although the config is valid (`Config.server_problem`), or None."""
 
     @classmethod
-    def from_config(cls, server_name: str, config: ServerConfig) -> DownstreamSpec:
-        """The spec of a `[servers.NAME]` entry (already validated and `${VAR}`-expanded)."""
+    def from_config(cls, server_name: str, config: ServerConfig, *, problem: str | None = None) -> DownstreamSpec:
+        """The spec of a `[servers.NAME]` entry (already validated and `${VAR}`-expanded).
+
+        `problem` is `Config.server_problem(server_name)`: an entry that uses an unset variable keeps
+        its unresolved `${VAR}` text and must not be started.
+        """
         target: Target
         if config.command is not None:
             target = StdioServerParameters(
@@ -71,7 +78,30 @@ class DownstreamSpec:
             tools=config.tools,
             exclude_tools=config.exclude_tools,
             enabled=config.enabled,
+            problem=problem,
         )
+
+    def refusal(self, started_by: str | None = None) -> str | None:
+        """Why this server must never be started (a config problem, or omega running itself), else None.
+
+        `started_by` is the pid of the omega that started this one, if any (`recursion.started_by_omega`).
+        """
+        if self.problem is not None:
+            return self.problem
+        if isinstance(self.target, StdioServerParameters):
+            if launches_omega(self.target.command, self.target.args):
+                return "its command starts omega itself, and omega never runs itself (remove this entry)"
+            if started_by is not None:
+                return (
+                    f"this omega was started by another omega (pid {started_by}) and starts no stdio servers, "
+                    "so omega never runs itself"
+                )
+        return None
+
+    def unmatched_globs(self, tool_names: Sequence[str]) -> list[str]:
+        """The `tools` and `exclude_tools` globs that match none of these names (a typo, most likely)."""
+        globs = [*(self.tools or ()), *self.exclude_tools]
+        return [g for g in globs if not any(fnmatch.fnmatchcase(name, g) for name in tool_names)]
 
     def exports(self, tool_name: str) -> bool:
         """Whether the `tools` allow globs and `exclude_tools` deny globs let this tool through."""

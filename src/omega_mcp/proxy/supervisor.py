@@ -35,7 +35,8 @@ from omega_mcp.errors import first_leaf
 from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
-from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.recursion import started_by_omega
+from omega_mcp.proxy.session import DownstreamSession, quiet_transport_logs
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.results import Wire, error_wire
@@ -45,21 +46,12 @@ __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerSta
 logger = logging.getLogger(__name__)
 
 
-class _Demote(logging.Filter):
-    """Turns the SDK client transports' own log records into debug records (while omega supervises).
-
-    They log every failed connection attempt as an error with its traceback; omega reports the
-    reason itself, once, in one line ("server X is down: ..."), and retries.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
+def _lost_state(spec: DownstreamSpec) -> ServerState:
+    """What a server that was connected is doing now: a process is restarted, a URL reconnected."""
+    return "reconnecting" if isinstance(spec.target, str) else "restarting"
 
 
-_DEMOTED = ("mcp.client.sse", "mcp.client.streamable_http")
-
-ServerState = Literal["connecting", "connected", "failed", "restarting", "disabled"]
+ServerState = Literal["connecting", "connected", "failed", "restarting", "reconnecting", "disabled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +79,8 @@ class _Entry:
     settled: bool = False
     warned: set[str] = field(default_factory=set[str])
     """Problems with this server's tool list already logged (once each, across restarts)."""
+    refused: bool = False
+    """Never started: a config problem (an unset variable), or it would be omega running itself."""
 
 
 class Downstreams(AsyncContextManagerMixin):
@@ -105,12 +99,24 @@ class Downstreams(AsyncContextManagerMixin):
         backoff_max_seconds: float = 60.0,
         stable_seconds: float = 30.0,
         early: EarlyStarts | None = None,
+        one_shot: bool = False,
     ) -> None:
-        """`early` holds servers the CLI started before the SDK loaded; first connections adopt them."""
+        """`early` holds servers the CLI started before the SDK loaded; first connections adopt them.
+
+        `one_shot` is for a command that looks once and exits: a server that is down says so, without
+        announcing (in logs and call errors) a retry that will not happen before the command ends.
+        """
         self._early = early
+        self._one_shot = one_shot
         self._entries = {
             spec.server_name: _Entry(spec, state="connecting" if spec.enabled else "disabled") for spec in specs
         }
+        parent = started_by_omega()
+        for entry in self._entries.values():
+            refusal = entry.spec.refusal(parent) if entry.spec.enabled else None
+            if refusal is not None:
+                entry.state, entry.reason, entry.settled, entry.refused = "failed", refusal, True, True
+                logger.warning("server %s is not started: %s", entry.spec.server_name, refusal)
         self._startup_wait = startup_wait_seconds
         self._backoff = (backoff_seconds, backoff_max_seconds, stable_seconds)
         self._versions = [0, 0, 0]
@@ -124,26 +130,24 @@ class Downstreams(AsyncContextManagerMixin):
 
     @classmethod
     def from_config(cls, config: Config, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order."""
-        return cls([DownstreamSpec.from_config(name, entry) for name, entry in config.servers.items()], **options)
+        """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts)."""
+        specs = [
+            DownstreamSpec.from_config(name, entry, problem=config.server_problem(name))
+            for name, entry in config.servers.items()
+        ]
+        return cls(specs, **options)
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
-        demote = _Demote()
-        for name in _DEMOTED:
-            logging.getLogger(name).addFilter(demote)
-        try:
+        with quiet_transport_logs():
             async with self._supervisors():
                 yield self
-        finally:
-            for name in _DEMOTED:
-                logging.getLogger(name).removeFilter(demote)
 
     @asynccontextmanager
     async def _supervisors(self) -> AsyncGenerator[None]:
         async with anyio.create_task_group() as task_group:
             for entry in self._entries.values():
-                if entry.spec.enabled:
+                if entry.spec.enabled and not entry.refused:
                     task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
             self._task_group = task_group
             try:
@@ -165,7 +169,7 @@ class Downstreams(AsyncContextManagerMixin):
                 failures = 0
             delay = min(base * 2**failures, ceiling)
             failures += 1
-            entry.state = "failed" if entry.state in ("connecting", "failed") else "restarting"
+            entry.state = "failed" if entry.state in ("connecting", "failed") else _lost_state(entry.spec)
             entry.reason, entry.retry_at = reason, now + delay
             self._log_down(entry, reason, delay)
             self._mark_settled(entry)
@@ -219,7 +223,8 @@ class Downstreams(AsyncContextManagerMixin):
         key = (name, reason)
         level = logging.DEBUG if key in self._logged else logging.WARNING
         self._logged.add(key)
-        logger.log(level, "server %s is down: %s; retrying in %g s", name, reason, delay)
+        retry = "" if self._one_shot else f"; retrying in {delay:g} s"
+        logger.log(level, "server %s is down: %s%s", name, reason, retry)
 
     # -- publication -------------------------------------------------------------------------
 
@@ -238,7 +243,7 @@ class Downstreams(AsyncContextManagerMixin):
 
     def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
         entry.session = None
-        entry.state, entry.reason = "restarting", session.close_reason or "the connection ended"
+        entry.state, entry.reason = _lost_state(entry.spec), session.close_reason or "the connection ended"
         self._replace_catalog(entry, Catalog())
 
     def _replace_catalog(self, entry: _Entry, catalog: Catalog) -> None:
@@ -334,6 +339,8 @@ class Downstreams(AsyncContextManagerMixin):
         if entry.state == "connecting":
             return f"server {server_name} is still starting; try again in a moment"
         reason = entry.reason or "not connected"
+        if self._one_shot or entry.refused:
+            return f"server {server_name} is down: {reason}"
         if entry.retry_at is None:
             return f"server {server_name} is down: {reason}; omega is reconnecting now"
         wait = max(0, math.ceil(entry.retry_at - anyio.current_time()))

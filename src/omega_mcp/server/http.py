@@ -8,18 +8,24 @@ or a token generated once into `$OMEGA_HOME/token`, mode 0600, which the tools c
 Shutdown, decided: stop accepting, let the requests in flight finish (bounded), then end every MCP
 session (so open SSE streams close by themselves) and only then close the connections: uvicorn's
 own order would wait on streams that never end and then cancel them mid-response.
+Binding, decided: omega binds the listening sockets itself (`bind_http`, before the toolbox starts)
+and hands them to uvicorn, so a busy port or a bad host is one ConfigError naming the address, not
+uvicorn's log line and exit; "serving ..." is logged only once uvicorn has started on them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import ipaddress
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Generator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -28,10 +34,17 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from omega_mcp.errors import ConfigError
+from omega_mcp.errors import ConfigError, OmegaError
 from omega_mcp.server.server import OmegaServer
 
-__all__ = ["BearerTokenMiddleware", "build_http_app", "is_loopback", "load_or_create_token", "serve_http"]
+__all__ = [
+    "BearerTokenMiddleware",
+    "bind_http",
+    "build_http_app",
+    "is_loopback",
+    "load_or_create_token",
+    "serve_http",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +53,8 @@ GRACE_SECONDS = 5.0
 """How long requests in flight get to finish on shutdown."""
 _CLOSE_SECONDS = 3.0
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+_BACKLOG = 2048  # uvicorn's default
+_PORT_ERRORS = {errno.EADDRINUSE: "address already in use", errno.EACCES: "permission denied (a privileged port?)"}
 
 
 def is_loopback(host: str) -> bool:
@@ -199,27 +214,100 @@ async def _shut_down(http: uvicorn.Server, in_flight: _InFlight) -> None:
     await http.shutdown()  # the connections are idle now; the lifespan is already done
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _listen(family: int, kind: int, proto: int, sockaddr: tuple[Any, ...]) -> socket.socket:
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def bind_http(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on the addresses `host` resolves to (as asyncio's `create_server` binds them).
+
+    An address this machine does not have is skipped when another one binds (`localhost` without IPv6).
+
+    Raises:
+        ConfigError: one line naming the address: `--port` when it is in use or not permitted,
+            `--host` when the host does not resolve or is not an address of this machine.
+    """
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    address = _address(bare, port)
+    try:
+        infos = socket.getaddrinfo(bare or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(f"cannot listen on {address}: unknown host ({why})", key="--host") from None
+    sockets: list[socket.socket] = []
+    missing: OSError | None = None
+    try:
+        for family, kind, proto, _, sockaddr in dict.fromkeys(infos):
+            try:
+                sockets.append(_listen(family, kind, proto, sockaddr))
+            except OSError as exc:
+                if exc.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    raise
+                missing = exc
+        if not sockets:
+            raise missing or OSError(errno.EADDRNOTAVAIL, "no address to listen on")
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        code = exc.errno or 0
+        why = _PORT_ERRORS.get(code) or (
+            "not an address of this machine" if code == errno.EADDRNOTAVAIL else (exc.strerror or str(exc)).lower()
+        )
+        raise ConfigError(
+            f"cannot listen on {address}: {why}", key="--port" if code in _PORT_ERRORS else "--host"
+        ) from None
+    return sockets
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: omega's CLI owns SIGINT/SIGTERM and cancels us.
 
     (uvicorn re-raises a captured SIGTERM after shutdown, which would kill the process before the
-    Toolbox could stop downstream servers and background shells.)
+    Toolbox could stop downstream servers and background shells.) `announce` is logged once it has
+    started listening.
     """
+
+    announce = ""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None]:
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.announce:
+            logger.info("%s", self.announce)
 
-async def serve_http(server: OmegaServer, *, host: str, port: int, token_file: Path) -> None:
-    """Serve until cancelled, then shut down gracefully (bounded).
+
+async def serve_http(
+    server: OmegaServer, *, host: str, port: int, token_file: Path, sockets: list[socket.socket] | None = None
+) -> None:
+    """Serve on `sockets` (from `bind_http`; bound here when None) until cancelled, then shut down gracefully (bounded).
 
     Raises:
         ConfigError: the token cannot be loaded or created, or the port cannot be bound.
+        OmegaError: the app failed to start.
     """
     token: str | None = None
     if not is_loopback(host) or os.environ.get("OMEGA_TOKEN"):
         token = load_or_create_token(token_file)
+    if sockets is None:
+        sockets = bind_http(host, port)
     app = build_http_app(server, host=host, port=port, token=token)
     config = uvicorn.Config(
         app,
@@ -231,20 +319,19 @@ async def serve_http(server: OmegaServer, *, host: str, port: int, token_file: P
         access_log=False,
     )
     http = _Uvicorn(config)
-    logger.info(
-        "serving streamable HTTP at http://%s:%d/mcp (%s)",
-        f"[{host}]" if ":" in host else host,
-        port,
-        "bearer token required" if token else "loopback only, no token",
+    http.announce = (
+        f"serving streamable HTTP at http://{_address(host.strip('[]'), port)}/mcp "
+        f"({'bearer token required' if token else 'loopback only, no token'})"
     )
     try:
-        await http.serve()
+        await http.serve(sockets)
     except SystemExit:
-        # uvicorn exits the process when it cannot bind; make that a clean usage error instead.
-        raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port") from None
+        # uvicorn exits the process when its startup fails; the sockets are bound already, so it is the app.
+        raise OmegaError("the HTTP hub failed to start (see the log above)") from None
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE_SECONDS + 2 * _CLOSE_SECONDS):
             await _shut_down(http, app.state.in_flight)
         raise
-    if not http.started:
-        raise ConfigError(f"cannot listen on {host}:{port} (address in use or not permitted)", key="--port")
+    finally:
+        for sock in sockets:
+            sock.close()

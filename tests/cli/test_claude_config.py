@@ -1,0 +1,108 @@
+"""`omega-mcp claude-config` as a new user runs it in a project: the printed entry works on that project."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp
+from mcp import StdioServerParameters
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["OMEGA_HOME"] = str(tmp_path / "home")
+    env.pop("OMEGA_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def _claude_config(cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omega_mcp", "claude-config", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+def _entry(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["mcpServers"]["omega"]  # stdout is pure JSON or this fails
+
+
+def test_the_workspace_defaults_to_the_project_directory_and_omega_home_is_kept(tmp_path: Path):
+    project = tmp_path / "my-project"
+    project.mkdir()
+    entry = _entry(_claude_config(project, env=_env(tmp_path)))
+    assert entry["type"] == "stdio"
+    assert entry["args"][-3:] == ["serve", "--workspace", str(project)]
+    assert entry["env"] == {"OMEGA_HOME": str(tmp_path / "home")}
+
+
+def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_path: Path):
+    project = tmp_path / "my-project"
+    project.mkdir()
+    config = project / "servers.toml"
+    config.write_text('[sandbox]\nmode = "sandbox"\n')
+    entry = _entry(_claude_config(project, "--workspace", "../elsewhere", "--mode", "rx", env=_env(tmp_path)))
+    assert entry["args"][-7:] == [
+        "serve",
+        "--config",
+        str(config),  # found as ./servers.toml, written absolute
+        "--workspace",
+        str(tmp_path / "elsewhere"),
+        "--mode",
+        "rx",
+    ]
+
+
+def test_without_omega_home_the_entry_sets_no_environment(tmp_path: Path):
+    env = _env(tmp_path)
+    del env["OMEGA_HOME"]
+    entry = _entry(_claude_config(tmp_path, env=env))
+    assert entry["env"] == {}
+    assert "--mode" not in entry["args"]
+
+
+async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project(tmp_path: Path):
+    project = tmp_path / "my-project"
+    project.mkdir()
+    entry = _entry(_claude_config(project, "--mode", "rwx", env=_env(tmp_path)))
+    # Claude Code starts the server elsewhere than where the entry was made: the entry alone must suffice.
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"], cwd=str(tmp_path))
+    async with mcp.Client(params, mode="legacy") as client:
+        result = await client.call_tool("bash", {"command": "pwd && echo made > note.txt"})
+        assert not result.is_error
+        assert result.content[0].text.splitlines()[0] == str(project)  # type: ignore[union-attr]
+    assert (project / "note.txt").read_text() == "made\n"
+
+
+def test_http_prints_pure_json_and_says_on_stderr_how_to_provide_the_token(tmp_path: Path):
+    proc = _claude_config(tmp_path, "--http", "http://127.0.0.1:8765/mcp", env=_env(tmp_path))
+    entry = _entry(proc)
+    assert entry == {
+        "type": "http",
+        "url": "http://127.0.0.1:8765/mcp",
+        "headers": {"Authorization": "Bearer ${OMEGA_TOKEN}"},
+    }
+    assert "export OMEGA_TOKEN=" in proc.stderr
+    assert str(tmp_path / "home" / "token") in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_http_with_a_workspace_or_mode_is_a_usage_error(tmp_path: Path):
+    for extra in (["--workspace", str(tmp_path)], ["--mode", "rx"]):
+        proc = _claude_config(tmp_path, "--http", "http://127.0.0.1:8765/mcp", *extra, env=_env(tmp_path))
+        assert proc.returncode == 2
+        assert proc.stdout == ""
+        assert proc.stderr.strip().splitlines() == [
+            "omega-mcp: error: --workspace and --mode do not apply with --http: the hub has its own "
+            "(pass them to `omega-mcp serve --http`)"
+        ]

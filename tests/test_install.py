@@ -1,0 +1,76 @@
+"""A user install, as the README's Install section says: a wheel into a fresh venv, no dev extras.
+
+The wheel is built from this checkout and installed with pip into a new virtual environment
+(dependencies from the package index, as a user gets them). Then the example `servers.toml`
+works as shipped, and its `time` server works after the one command its comment gives. Slow
+(about a minute, mostly pip), and it needs the package index: it is the first hour of a user.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def _run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def _uncomment_time(example: str) -> str:
+    lines = example.splitlines()
+    start = lines.index("# [servers.time]")
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("# "))
+    lines[start:end] = [line.removeprefix("# ") for line in lines[start:end]]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_wheel_installed_without_dev_extras_runs_the_example_config(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, REPO, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("omega_mcp-*.whl")
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bin_dir = env_dir / "bin"
+    installed = _run(bin_dir / "pip", "install", "-q", "--disable-pip-version-check", wheel, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    assert _run(bin_dir / "pip", "show", "pytest", cwd=tmp_path).returncode != 0  # runtime dependencies only
+
+    # A user's environment: omega on PATH, nothing of the developer's (no OMEGA_PYTHON, no venv).
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "OMEGA_HOME": str(tmp_path / "omega-home"),
+    }
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "servers.toml").write_text((REPO / "servers.toml").read_text())
+
+    version = _run("omega-mcp", "--version", cwd=project, env=env)
+    assert version.returncode == 0 and version.stdout.startswith("omega-mcp "), version.stderr
+    shipped = _run("omega-mcp", "tools", cwd=project, env=env)  # ./servers.toml, as shipped
+    assert shipped.returncode == 0, shipped.stdout + shipped.stderr
+    assert "failed" not in shipped.stdout and "Traceback" not in shipped.stderr
+    for tool in ("bash", "read", "write", "edit"):
+        assert f"  {tool} " in shipped.stdout
+
+    # The one command the example's comment gives, then uncomment: the time server connects.
+    time_server = _run(bin_dir / "pip", "install", "-q", "--disable-pip-version-check", "mcp-server-time", cwd=project)
+    assert time_server.returncode == 0, time_server.stderr
+    (project / "servers.toml").write_text(_uncomment_time((REPO / "servers.toml").read_text()))
+    enabled = _run("omega-mcp", "tools", cwd=project, env=env)
+    assert enabled.returncode == 0, enabled.stdout + enabled.stderr
+    assert "time: connected" in enabled.stdout
+    assert "mcp__time__get_current_time" in enabled.stdout
