@@ -8,7 +8,9 @@ works as shipped, and its `time` server works after the one command its comment 
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 import venv
@@ -60,7 +62,9 @@ def test_a_wheel_installed_without_dev_extras_runs_the_example_config(tmp_path: 
 
     version = _run("omega-mcp", "--version", cwd=project, env=env)
     assert version.returncode == 0 and version.stdout.startswith("omega-mcp "), version.stderr
-    shipped = _run("omega-mcp", "tools", cwd=project, env=env)  # ./servers.toml, as shipped
+    # Named with --config: a ./servers.toml found implicitly under /tmp (where tmp_path is, and where
+    # omega's tools may write) is refused as possibly planted (tests/security/test_trust.py).
+    shipped = _run("omega-mcp", "tools", "--config", "servers.toml", cwd=project, env=env)
     assert shipped.returncode == 0, shipped.stdout + shipped.stderr
     assert "failed" not in shipped.stdout and "Traceback" not in shipped.stderr
     for tool in ("bash", "read", "write", "edit"):
@@ -70,7 +74,39 @@ def test_a_wheel_installed_without_dev_extras_runs_the_example_config(tmp_path: 
     time_server = _run(bin_dir / "pip", "install", "-q", "--disable-pip-version-check", "mcp-server-time", cwd=project)
     assert time_server.returncode == 0, time_server.stderr
     (project / "servers.toml").write_text(_uncomment_time((REPO / "servers.toml").read_text()))
-    enabled = _run("omega-mcp", "tools", cwd=project, env=env)
+    enabled = _run("omega-mcp", "tools", "--config", "servers.toml", cwd=project, env=env)
     assert enabled.returncode == 0, enabled.stdout + enabled.stderr
     assert "time: connected" in enabled.stdout
     assert "mcp__time__get_current_time" in enabled.stdout
+
+
+def test_tools_cannot_plant_code_in_omegas_own_venv_under_tmp(tmp_path: Path) -> None:
+    """A venv under /tmp (a write root) is omega's import closure: no tool may add a `.pth` to it."""
+    wheels = tmp_path / "wheels"
+    built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, REPO, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("omega_mcp-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    installed = _run(env_dir / "bin" / "pip", "install", "-q", "--disable-pip-version-check", wheel, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    (site,) = (env_dir / "lib").glob("python3*/site-packages")
+    marker = tmp_path / "injected-code-ran"
+    payload = f"import os; open({str(marker)!r}, 'w').close()\n"
+    env = {"PATH": f"{env_dir / 'bin'}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    (tmp_path / "home").mkdir()
+
+    def omega(*args: str) -> subprocess.CompletedProcess[str]:
+        return _run("omega-mcp", *args, "--workspace", tmp_path / "ws", cwd=tmp_path, env=env)
+
+    (tmp_path / "ws").mkdir()
+    write = omega("call", "write", json.dumps({"file_path": str(site / "evil.pth"), "content": payload}))
+    assert write.returncode == 1 and "never writable" in write.stdout, write.stdout + write.stderr
+    script = f"printf %s {shlex.quote(payload)} > {shlex.quote(str(site / 'evil.pth'))}; echo rc=$?"
+    bash = omega("call", "bash", json.dumps({"command": script}))
+    assert "rc=0" not in bash.stdout, bash.stdout
+    console = omega("call", "bash", json.dumps({"command": f"echo pwned >> {env_dir / 'bin' / 'omega-mcp'}; echo $?"}))
+    assert console.stdout.strip().splitlines()[-1] != "0", console.stdout
+    assert not (site / "evil.pth").exists()
+    assert _run("omega-mcp", "--version", cwd=tmp_path, env=env).returncode == 0
+    assert not marker.exists()

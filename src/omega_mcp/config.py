@@ -42,6 +42,7 @@ from pydantic import (
 
 from omega_mcp.errors import ConfigError
 from omega_mcp.narrow import as_object, object_or_none
+from omega_mcp.sandbox.hidden import HideConfig
 
 __all__ = [
     "AgentConfig",
@@ -125,7 +126,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SandboxConfig(_Strict):
+class SandboxConfig(_Strict, HideConfig):
     """`[sandbox]`: where tools may write and how bash is confined."""
 
     mode: SandboxMode = "sandbox"

@@ -149,6 +149,10 @@ class Toolbox(AsyncContextManagerMixin):
         async with self._shells:
             yield self
 
+    async def end_session(self, owner: object) -> None:
+        """Kill the background shells `owner` started (whole process trees, bounded): its session ended."""
+        await self._shells.close_owner(owner)
+
     # -- namespace ---------------------------------------------------------------------------
 
     def _downstream_tools(self) -> Sequence[tuple[str, types.Tool]]:
@@ -212,14 +216,16 @@ class Toolbox(AsyncContextManagerMixin):
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
         approve: Approver | None = None,
+        owner: object | None = None,
     ) -> Wire:
         """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
 
         Every failure but an unknown name is an isError result. `meta` is the caller's request `_meta`,
         passed on to a downstream server. `approve` asks the caller's user to allow a write outside the
-        roots once (`on_denied = "ask"`); None denies it. This is the proxy's hot path: the route comes
-        from a dict, the arguments are checked by a validator compiled once per tool, and the
-        downstream's result is not parsed into models.
+        roots once (`on_denied = "ask"`); None denies it. `owner` is the caller's session (the MCP
+        server's connection; None for the process itself): it sees only its own background shells.
+        This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
+        validator compiled once per tool, and the downstream's result is not parsed into models.
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
@@ -228,7 +234,7 @@ class Toolbox(AsyncContextManagerMixin):
         try:
             route = await self._resolve(name)
             if route.server_name is None:
-                return to_wire(await self._call_builtin(route.tool_name, args, approve))
+                return to_wire(await self._call_builtin(route.tool_name, args, approve, owner))
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool(
@@ -250,17 +256,18 @@ class Toolbox(AsyncContextManagerMixin):
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
         approve: Approver | None = None,
+        owner: object | None = None,
     ) -> types.CallToolResult:
         """`call_tool_wire` with the result as an SDK model (for the agent loop and the CLI).
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
         """
-        raw = await self.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve)
+        raw = await self.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve, owner=owner)
         return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
     async def _call_builtin(
-        self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None
+        self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None, owner: object | None = None
     ) -> types.CallToolResult:
         builtin = self._builtins[tool_name]
         try:
@@ -270,7 +277,7 @@ class Toolbox(AsyncContextManagerMixin):
         policy = self.policy
         match args:
             case BashArgs():
-                return await _bash.run_bash(policy, args, self._shells)
+                return await _bash.run_bash(policy, args, self._shells, owner=owner)
             case ReadArgs():
                 return await _read.read_file(policy, args)
             case WriteArgs():
@@ -278,9 +285,9 @@ class Toolbox(AsyncContextManagerMixin):
             case EditArgs():
                 return await _write.edit_file(policy, args, approve=approve, grants=self.grants)
             case BashOutputArgs():
-                return await self._shells.output(args.shell_id)
+                return await self._shells.output(args.shell_id, owner=owner)
             case KillShellArgs():
-                return await self._shells.kill(args.shell_id)
+                return await self._shells.kill(args.shell_id, owner=owner)
             case _:
                 raise ToolError(f"built-in tool {tool_name} has no handler")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ import anyio
 import pytest
 from mcp import types
 
+from bash_processes import Markers, assert_gone, pids_with_arg, started_sleep, wait_running
 from omega_mcp.builtin import bash_process
 from omega_mcp.builtin.bash import run_bash
 from omega_mcp.builtin.output import OutputBuffer
@@ -21,9 +21,6 @@ from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.exec import LINGER_SECONDS
 from omega_mcp.sandbox.launch import BashLaunch
 from omega_mcp.sandbox.policy import SandboxPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
-from bash_processes import Markers, assert_gone, pids_with_arg, started_sleep, wait_running
 
 
 @pytest.fixture(params=["sandbox", "rwx"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,14 +10,12 @@ import anyio
 import pytest
 from mcp import types
 
+from bash_processes import Markers, assert_gone, pids_with_arg, wait_running
 from omega_mcp.builtin.bash import run_bash
 from omega_mcp.builtin.schemas import BashArgs, BashOutputArgs, KillShellArgs
-from omega_mcp.builtin.shells import ShellRegistry, bash_output, kill_shell
+from omega_mcp.builtin.shells import NO_SESSION, ShellRegistry, bash_output, kill_shell
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers sit next to the tests (importlib mode)
-from bash_processes import Markers, assert_gone, pids_with_arg, wait_running
 
 
 @pytest.fixture(params=["sandbox", "rwx"])
@@ -63,7 +61,7 @@ async def _poll_until_finished(shells: ShellRegistry, shell_id: str) -> list[str
 async def test_background_shell_returns_an_id_at_once_and_streams_new_output(policy: SandboxPolicy) -> None:
     async with ShellRegistry() as shells:
         shell_id = await _start(shells, policy, "for i in 1 2 3; do echo $i; sleep 0.2; done")
-        assert shell_id == "shell_1"
+        assert re.fullmatch(r"shell_[0-9a-f]{12}", shell_id), shell_id  # not a counter: ids cannot be guessed
         texts = await _poll_until_finished(shells, shell_id)
         assert texts[0].endswith("[running]")
         assert texts[-1].endswith("[exited with code 0]")
@@ -131,6 +129,55 @@ async def test_unknown_shell_id_lists_the_known_ones(policy: SandboxPolicy) -> N
         shell_id = await _start(shells, policy, "true")
         with pytest.raises(ToolError, match=f"Known shells: {shell_id}"):
             await kill_shell(shells, KillShellArgs(shell_id="nope"))
+
+
+async def test_an_owner_sees_only_its_own_shells_and_ending_it_kills_them(
+    policy: SandboxPolicy, markers: Markers
+) -> None:
+    alice, bob = object(), object()
+    marker = markers()
+    async with ShellRegistry() as shells:
+        with anyio.fail_after(10):
+            result = await run_bash(
+                policy,
+                BashArgs(command=f"echo alice-secret; sleep {marker}", run_in_background=True),
+                shells,
+                owner=alice,
+            )
+        shell_id = _text(result).split()[3].rstrip(".")
+        await wait_running(marker)
+        mine = await run_bash(policy, BashArgs(command="true", run_in_background=True), shells, owner=bob)
+        bobs_id = _text(mine).split()[3].rstrip(".")
+        for peek in (
+            bash_output(shells, BashOutputArgs(shell_id=shell_id), owner=bob),
+            kill_shell(shells, KillShellArgs(shell_id=shell_id), owner=bob),
+        ):
+            with pytest.raises(ToolError, match=f"Unknown shell id '{shell_id}'. Known shells: {bobs_id} ") as error:
+                await peek
+            assert "alice" not in str(error.value)
+        with pytest.raises(ToolError, match="no background shells"):  # nor does the process itself see it
+            await shells.output(shell_id)
+        assert "alice-secret" in _text(await shells.output(shell_id, owner=alice))  # untouched by bob's kill
+        await shells.close_owner(alice)
+        await assert_gone(marker)
+        with pytest.raises(ToolError, match="Unknown shell id"):
+            await shells.output(shell_id, owner=alice)
+        assert not (await shells.output(bobs_id, owner=bob)).is_error  # bob's shells live on
+
+
+async def test_a_call_without_a_session_cannot_start_a_background_shell(policy: SandboxPolicy) -> None:
+    async with ShellRegistry() as shells:
+        with pytest.raises(ToolError, match="need a session"):
+            await shells.start(policy, "sleep 1000", owner=NO_SESSION)
+
+
+async def test_the_cap_message_names_only_the_callers_shells(policy: SandboxPolicy) -> None:
+    async with ShellRegistry(max_running=1) as shells:
+        started = await run_bash(policy, BashArgs(command="sleep 1000", run_in_background=True), shells, owner="a")
+        other_id = _text(started).split()[3].rstrip(".")
+        with pytest.raises(ToolError, match="Too many background shells") as error:
+            await shells.start(policy, "sleep 1000", owner="b")
+        assert other_id not in str(error.value)
 
 
 async def test_running_shells_are_capped(policy: SandboxPolicy) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -242,7 +243,7 @@ def test_call_of_a_background_shell_warns_that_it_ends_with_the_call(tmp_path: P
         str(_config(tmp_path)),
     )
     assert proc.returncode == 0, proc.stderr
-    assert "shell_1" in proc.stdout
+    assert re.search(r"shell_[0-9a-f]{12}", proc.stdout), proc.stdout
     assert "omega-mcp serve" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -21,8 +21,6 @@ import pytest
 
 from omega_mcp.builtin.schemas import BUILTIN_TOOLS
 from omega_mcp.cli.toolbox import BUILTIN_TOOL_NAMES
-
-sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/proxy_support.py (importlib mode)
 from proxy_support import ECHO_SERVER
 
 

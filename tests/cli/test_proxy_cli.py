@@ -13,7 +13,6 @@ from pathlib import Path
 import mcp
 from mcp import StdioServerParameters
 
-sys.path.insert(0, str(Path(__file__).parent.parent))  # tests/proxy_support.py (importlib mode)
 from proxy_support import ECHO_SERVER, alive, read_pid
 
 SERVERS = """

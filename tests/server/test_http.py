@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
+from bash_processes import Markers, assert_gone, wait_running
 from omega_mcp.server.http import is_loopback, load_or_create_token
 
 _ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
@@ -294,3 +296,53 @@ def test_the_hub_announces_once_where_it_serves_after_it_listens(tmp_path: Path)
         f"omega-mcp INFO omega_mcp.server.http: serving streamable HTTP at http://127.0.0.1:{port}/mcp "
         "(loopback only, no token)"
     ]
+
+
+def _shell_id(result: object) -> str:
+    text = result.content[0].text  # type: ignore[attr-defined]
+    return text.split()[3].rstrip(".")
+
+
+async def test_a_session_cannot_read_or_kill_another_sessions_shell(hub: int, tmp_path: Path):
+    url = f"http://127.0.0.1:{hub}/mcp"
+    async with mcp.Client(url, mode="legacy") as owner, mcp.Client(url, mode="legacy") as other:
+        started = await owner.call_tool("bash", {"command": "echo secret-output; sleep 300", "run_in_background": True})
+        shell_id = _shell_id(started)
+        for tool in ("bash_output", "kill_shell"):
+            stolen = await other.call_tool(tool, {"shell_id": shell_id})
+            assert stolen.is_error
+            text = stolen.content[0].text  # type: ignore[union-attr]
+            assert "secret-output" not in text and shell_id in text  # only the id it was asked about
+            assert "no background shells" in text
+        mine = await owner.call_tool("bash_output", {"shell_id": shell_id})
+        assert "[running]" in mine.content[0].text  # type: ignore[union-attr]  (kill_shell above did nothing)
+
+
+async def test_shell_ids_cannot_be_guessed(hub: int):
+    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="legacy") as client:
+        ids = [
+            _shell_id(await client.call_tool("bash", {"command": "true", "run_in_background": True})) for _ in range(2)
+        ]
+    assert all(re.fullmatch(r"shell_[0-9a-f]{12}", shell_id) for shell_id in ids), ids
+    assert ids[0] != ids[1]
+
+
+async def test_ending_a_session_kills_its_background_shells(hub: int):
+    markers = Markers()
+    marker = markers()  # bash runs in its own PID namespace: `$!` means nothing here, a unique argv does
+    try:
+        async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="legacy") as client:
+            await client.call_tool("bash", {"command": f"sleep {marker}", "run_in_background": True})
+            await wait_running(marker)
+        await assert_gone(marker, bound=10)  # leaving the client sent DELETE for its session
+    finally:
+        markers.kill_leftovers()
+
+
+async def test_a_stateless_2026_request_cannot_start_a_background_shell(hub: int):
+    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        result = await client.call_tool("bash", {"command": "sleep 300", "run_in_background": True})
+        assert result.is_error
+        assert "background shells need a session" in result.content[0].text.lower()  # type: ignore[union-attr]
+        assert not (await client.call_tool("bash", {"command": "echo fine"})).is_error

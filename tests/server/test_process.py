@@ -12,7 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp
 import pytest
+from mcp.client.stdio import StdioServerParameters
 
 from proxy_support import ECHO_SERVER, alive, read_pid
 
@@ -96,3 +99,29 @@ def test_a_signal_while_omega_is_still_starting_leaves_no_downstream_process(tmp
     _stopped(proc)
     assert _left_behind([read_pid(pid_file), read_pid(f"{pid_file}.child")]) == []
     assert "Traceback" not in log.read_text()
+
+
+async def test_a_modern_stdio_client_keeps_its_background_shells_across_requests(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "servers.toml"
+    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n')
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config)],
+        env={"OMEGA_HOME": str(tmp_path / "home")},
+    )
+    async with mcp.Client(params, mode="auto") as client:
+        assert client.protocol_version == "2026-07-28"
+        started = await client.call_tool("bash", {"command": "echo from-the-shell", "run_in_background": True})
+        assert not started.is_error, started
+        shell_id = started.content[0].text.split()[3].rstrip(".")  # type: ignore[union-attr]
+        text = ""
+        with anyio.fail_after(10):
+            for _ in range(200):  # polled: the shell's end is another process's
+                output = await client.call_tool("bash_output", {"shell_id": shell_id})
+                text += output.content[0].text  # type: ignore[union-attr]
+                if "[running]" not in text.rsplit("\n", 1)[-1]:
+                    break
+                await anyio.sleep(0.05)
+        assert "from-the-shell" in text

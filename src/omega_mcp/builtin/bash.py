@@ -85,15 +85,19 @@ def _format(text: str, outcome: _Outcome, timeout_seconds: float) -> types.CallT
     return text_result(text + "\n".join(notes), is_error=failed)
 
 
-async def run_bash(policy: SandboxPolicy, args: BashArgs, shells: ShellRegistry) -> types.CallToolResult:
+async def run_bash(
+    policy: SandboxPolicy, args: BashArgs, shells: ShellRegistry, *, owner: object | None = None
+) -> types.CallToolResult:
     """Run `args.command` with bash in the workspace; combined output, `isError` on failure or timeout.
+
+    A background shell belongs to `owner` (see `shells.py`).
 
     Raises:
         SandboxUnavailableError: the policy needs an OS sandbox this machine cannot give.
         ToolError: bash cannot be started, or a background shell cannot be added.
     """
     if args.run_in_background:
-        shell_id = await shells.start(policy, args.command, timeout_seconds=args.timeout)
+        shell_id = await shells.start(policy, args.command, timeout_seconds=args.timeout, owner=owner)
         return text_result(
             f"Started background shell {shell_id}. Read its new output with bash_output "
             f'(shell_id: "{shell_id}") and stop it with kill_shell (shell_id: "{shell_id}").'

@@ -247,6 +247,7 @@ async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResu
     """The `read` tool: numbered lines (`cat -n` style) of a regular file, bounded in memory and output.
 
     Raises:
-        PathDeniedError: an environ file or the token. ToolError: missing, not a regular file, I/O error.
+        PathDeniedError: an environ file, the token, omega's state or a hidden secret (`[sandbox] hide`).
+        ToolError: missing, not a regular file, I/O error.
     """
     return text_result(await anyio.to_thread.run_sync(_read_sync, policy, args))

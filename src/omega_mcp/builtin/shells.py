@@ -5,11 +5,20 @@ shell is a supervisor task in the registry's task group that reads output contin
 bounded `OutputBuffer` (memory stays bounded for chatty shells) and kills the process group once
 bash is done. `bash_output` returns only output not returned before. The number of running shells is
 capped, and leaving the registry kills every shell's process group (shielded, bounded): no orphans.
+
+Ownership, decided: every shell belongs to the owner that started it (the MCP server passes the
+client's connection; the agent loop and the CLI pass None, the process itself). An owner sees only
+its own shells: another owner's id gets exactly the error of an unknown id, and error texts list
+only the caller's shells. Ids are `shell_` plus 12 random hex digits, so none can be guessed.
+`close_owner()` kills an owner's shells when its session ends. `NO_SESSION` is the owner of a
+request that has no session (a stateless 2026-era HTTP request): nothing would ever end its shells
+and the hub's one token names no client, so it may not start any.
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -28,7 +37,7 @@ from omega_mcp.results import text_result
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import group_alive, terminate_group
 
-__all__ = ["MAX_RUNNING_SHELLS", "ShellRegistry", "bash_output", "kill_shell"]
+__all__ = ["MAX_RUNNING_SHELLS", "NO_SESSION", "ShellRegistry", "bash_output", "kill_shell"]
 
 MAX_RUNNING_SHELLS = 16
 _MAX_KEPT_SHELLS = 64
@@ -40,9 +49,19 @@ _SHUTDOWN_SECONDS = 8.0
 _KILL_WAIT_SECONDS = 5.0
 
 
+class _NoSession:
+    def __repr__(self) -> str:
+        return "NO_SESSION"
+
+
+NO_SESSION: object = _NoSession()
+"""The owner of a call that has no session (a stateless 2026-era request): it cannot start shells."""
+
+
 @dataclass(slots=True, eq=False)
 class _Shell:
     shell_id: str
+    owner: object | None
     command: str
     timeout_seconds: float | None
     buffer: OutputBuffer = field(default_factory=OutputBuffer)
@@ -84,7 +103,6 @@ class ShellRegistry(AsyncContextManagerMixin):
     def __init__(self, *, max_running: int = MAX_RUNNING_SHELLS) -> None:
         self.max_running = max_running
         self._shells: dict[str, _Shell] = {}
-        self._counter = 0
         self._task_group: TaskGroup | None = None
 
     @asynccontextmanager
@@ -107,37 +125,72 @@ class ShellRegistry(AsyncContextManagerMixin):
     def _running(self) -> list[_Shell]:
         return [shell for shell in self._shells.values() if shell.running]
 
-    async def start(self, policy: SandboxPolicy, command: str, *, timeout_seconds: float | None = None) -> str:
-        """Start `command` in the background and return its shell id once the process runs.
+    def _owned(self, owner: object | None) -> list[_Shell]:
+        return [shell for shell in self._shells.values() if shell.owner is owner]
+
+    async def start(
+        self,
+        policy: SandboxPolicy,
+        command: str,
+        *,
+        timeout_seconds: float | None = None,
+        owner: object | None = None,
+    ) -> str:
+        """Start `command` in the background for `owner`; return its shell id once the process runs.
 
         Raises:
             SandboxUnavailableError: the policy needs an OS sandbox this machine cannot give.
-            ToolError: too many running shells, bash cannot start, or the registry is not running.
+            ToolError: too many running shells, bash cannot start, the owner has no session, or the
+                registry is not running.
         """
+        if owner is NO_SESSION:
+            raise ToolError(
+                "Background shells need a session: this request has none (a stateless 2026-07-28 request), "
+                "so nothing could poll, stop or clean up the shell. Run the command without "
+                "run_in_background, or connect with the initialize handshake."
+            )
         if self._task_group is None:
             raise ToolError("Background shells are not available: the shell registry is not running.")
         running = self._running()
         if len(running) >= self.max_running:
-            names = ", ".join(shell.shell_id for shell in running)
+            mine = [shell.shell_id for shell in running if shell.owner is owner]
+            names = f"yours: {', '.join(mine)}" if mine else "none of them yours"
             raise ToolError(
-                f"Too many background shells are running ({len(running)} of {self.max_running}: {names}). "
+                f"Too many background shells are running ({len(running)} of {self.max_running}; {names}). "
                 "Stop one with kill_shell first."
             )
-        self._counter += 1
-        shell = _Shell(f"shell_{self._counter}", command, timeout_seconds)
+        shell = _Shell(_new_id(self._shells), owner, command, timeout_seconds)
         self._shells[shell.shell_id] = shell  # counted against the cap while it starts
         try:
             await self._task_group.start(self._supervise, shell, policy)
         except BaseException:
             del self._shells[shell.shell_id]
             raise
-        self._forget_old()
+        self._forget_old(owner)
         return shell.shell_id
 
-    def _forget_old(self) -> None:
-        finished = [shell_id for shell_id, shell in self._shells.items() if not shell.running]
-        for shell_id in finished[: max(0, len(self._shells) - _MAX_KEPT_SHELLS)]:
+    def _forget_old(self, owner: object | None) -> None:
+        owned = self._owned(owner)
+        finished = [shell.shell_id for shell in owned if not shell.running]
+        for shell_id in finished[: max(0, len(owned) - _MAX_KEPT_SHELLS)]:
             del self._shells[shell_id]
+
+    async def close_owner(self, owner: object | None) -> None:
+        """Kill every running shell of `owner` (whole process trees, bounded) and forget its shells.
+
+        For the end of an owner's session; shielded, so a cancelled session still cleans up. A shell
+        still starting (or not dead within the bound) stays registered, so leaving the registry kills it.
+        """
+        owned = self._owned(owner)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SHUTDOWN_SECONDS):
+            async with anyio.create_task_group() as killers:
+                for shell in owned:
+                    if shell.running and shell.process is not None:
+                        shell.killed = True
+                        killers.start_soon(_kill_and_wait, shell)
+        for shell in owned:
+            if not shell.running:
+                self._shells.pop(shell.shell_id, None)
 
     async def _supervise(self, shell: _Shell, policy: SandboxPolicy, *, task_status: TaskStatus[None]) -> None:
         try:
@@ -149,35 +202,36 @@ class ShellRegistry(AsyncContextManagerMixin):
             shell.buffer.close()
             shell.done.set()
 
-    def _get(self, shell_id: str) -> _Shell:
+    def _get(self, shell_id: str, owner: object | None) -> _Shell:
         shell = self._shells.get(shell_id.strip())
-        if shell is None:
-            if not self._shells:
+        if shell is None or shell.owner is not owner:  # another owner's shell does not exist for this one
+            owned = self._owned(owner)
+            if not owned:
                 raise ToolError(
                     f"Unknown shell id {shell_id!r}: there are no background shells. "
                     "Start one with bash and run_in_background: true."
                 )
-            known = ", ".join(f"{s.shell_id} ({s.status()})" for s in self._shells.values())
+            known = ", ".join(f"{s.shell_id} ({s.status()})" for s in owned)
             raise ToolError(f"Unknown shell id {shell_id!r}. Known shells: {known}.")
         return shell
 
-    async def output(self, shell_id: str) -> types.CallToolResult:
-        """Output of the shell since the last call, then its status (`running` / `exited with code N`).
+    async def output(self, shell_id: str, *, owner: object | None = None) -> types.CallToolResult:
+        """Output of `owner`'s shell since the last call, then its status (`running` / `exited with code N`).
 
         Raises:
-            ToolError: unknown shell id.
+            ToolError: unknown shell id (or another owner's).
         """
-        shell = self._get(shell_id)
+        shell = self._get(shell_id, owner)
         text = shell.buffer.take()
         return text_result(_with_status(text, shell), is_error=shell.failed())
 
-    async def kill(self, shell_id: str) -> types.CallToolResult:
-        """Kill the shell's whole process group (TERM, bounded grace, KILL); report its last output.
+    async def kill(self, shell_id: str, *, owner: object | None = None) -> types.CallToolResult:
+        """Kill `owner`'s shell's whole process group (TERM, bounded grace, KILL); report its last output.
 
         Raises:
-            ToolError: unknown shell id.
+            ToolError: unknown shell id (or another owner's).
         """
-        shell = self._get(shell_id)
+        shell = self._get(shell_id, owner)
         if not shell.running:
             text = shell.buffer.take()
             return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} had already finished: "))
@@ -190,6 +244,13 @@ class ShellRegistry(AsyncContextManagerMixin):
                 is_error=True,
             )
         return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} and its process group were killed: "))
+
+
+def _new_id(taken: dict[str, _Shell]) -> str:
+    while True:
+        shell_id = f"shell_{secrets.token_hex(6)}"
+        if shell_id not in taken:
+            return shell_id
 
 
 def _with_status(text: str, shell: _Shell, *, prefix: str = "") -> str:
@@ -229,11 +290,15 @@ async def _follow(shell: _Shell, process: Process) -> None:
         tg.cancel_scope.cancel()
 
 
-async def bash_output(shells: ShellRegistry, args: BashOutputArgs) -> types.CallToolResult:
-    """The `bash_output` tool: new output of a background shell and its status."""
-    return await shells.output(args.shell_id)
+async def bash_output(
+    shells: ShellRegistry, args: BashOutputArgs, *, owner: object | None = None
+) -> types.CallToolResult:
+    """The `bash_output` tool: new output of one of `owner`'s background shells and its status."""
+    return await shells.output(args.shell_id, owner=owner)
 
 
-async def kill_shell(shells: ShellRegistry, args: KillShellArgs) -> types.CallToolResult:
-    """The `kill_shell` tool: stop a background shell and its whole process tree."""
-    return await shells.kill(args.shell_id)
+async def kill_shell(
+    shells: ShellRegistry, args: KillShellArgs, *, owner: object | None = None
+) -> types.CallToolResult:
+    """The `kill_shell` tool: stop one of `owner`'s background shells and its whole process tree."""
+    return await shells.kill(args.shell_id, owner=owner)

@@ -27,6 +27,7 @@ from omega_mcp.cli.register import run_claude_config, run_import
 from omega_mcp.cli.serve import run_serve
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import needs_servers
+from omega_mcp.cli.trust import check_trust
 from omega_mcp.config import Config, load_config
 from omega_mcp.errors import ConfigError, OmegaError, first_leaf
 from omega_mcp.loglevels import name_levels
@@ -318,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(args.log_level)
         _refuse_recursion(args)
         config = _load(args)
+        if args.command in ("serve", "tools", "call", "agent"):
+            check_trust(config, args)  # before any server starts: a planted config's never runs
         _warn_if_root(args)
         guard.hold()  # from here on a signal must reach the cleanup that stops the servers
         with EarlyStarts() as early:

@@ -56,6 +56,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
     """Print the tools grouped by origin with each server's status (or all of it as JSON with --json)."""
     from omega_mcp.names import Route
     from omega_mcp.sandbox.launch import describe_sandbox
+    from omega_mcp.sandbox.layers import sandbox_layers
 
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         tools = await toolbox.list_tools()
@@ -69,12 +70,14 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 s.server_name: {"state": _state(s), "reason": _reason(s), "tools": exported[s.server_name]}
                 for s in statuses
             }
+            sandbox = describe_sandbox(policy)
             payload = {
                 "config": str(config.path) if config.path is not None else None,
                 "tools": [_tool_json(t) for t in tools],
                 "servers": servers,
                 "sandbox": {
-                    **describe_sandbox(policy),
+                    **sandbox,
+                    "layers": sandbox_layers(policy, sandbox),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },

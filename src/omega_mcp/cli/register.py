@@ -71,6 +71,7 @@ def run_claude_config(config: Config, args: argparse.Namespace, out: TextIO) -> 
         _token_hint(config)
     else:
         entry = _stdio_entry(config, args)
+        _warn_unsafe_roots(config, args)
     out.write(json.dumps({"mcpServers": {"omega": entry}}, indent=2) + "\n")
     return EXIT_OK
 
@@ -83,7 +84,8 @@ def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
     """
     script = Path(sys.executable).with_name("omega-mcp")
     found = str(script) if script.exists() else shutil.which("omega-mcp")
-    command, prefix = (found, []) if found else (sys.executable, ["-m", "omega_mcp"])
+    # -P: the project directory (where a model may write) never goes on omega's import path.
+    command, prefix = (found, []) if found else (sys.executable, ["-P", "-m", "omega_mcp"])
     cli_args = [*prefix, "serve"]
     if config.path is not None:
         cli_args += ["--config", str(config.path)]
@@ -92,6 +94,20 @@ def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
         cli_args += ["--mode", args.mode]
     env = {"OMEGA_HOME": str(config.home)} if os.environ.get("OMEGA_HOME") else {}
     return {"type": "stdio", "command": command, "args": cli_args, "env": env}
+
+
+def _warn_unsafe_roots(config: Config, args: argparse.Namespace) -> None:
+    """Say now (stderr) when `serve` will refuse this entry's roots, instead of Claude Code showing it failed."""
+    from omega_mcp.cli.trust import policy_for
+    from omega_mcp.sandbox.roots import root_problems
+
+    served = argparse.Namespace(
+        workspace=os.path.abspath(os.path.expanduser(args.workspace or os.curdir)), mode=args.mode
+    )
+    policy = policy_for(config, served)
+    for problem in root_problems(policy, workspace_key="--workspace"):
+        advice = "" if policy.mode == "rwx" else "omega will refuse to start with this entry; "
+        say(f"omega-mcp: warning: {problem}: {advice}move omega's files out of it or pick another --workspace")
 
 
 def _token_hint(config: Config) -> None:

@@ -54,6 +54,7 @@ async def _serve(
     sockets: list[socket.socket],
 ) -> int:
     from omega_mcp.sandbox.launch import describe_sandbox
+    from omega_mcp.sandbox.layers import sandbox_layers, summary
     from omega_mcp.server.instructions import hub_instructions
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
@@ -62,6 +63,7 @@ async def _serve(
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
         logger.info("%s", _sandbox_line(sandbox))
+        logger.info("%s", summary(sandbox_layers(policy, sandbox)))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
         server = build_server(

@@ -11,12 +11,12 @@ One-shot commands look once and exit, so their servers never announce a retry (`
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from omega_mcp.cli.trust import policy_for
 from omega_mcp.config import Config
 from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.spawn import EarlyStarts
@@ -45,13 +45,6 @@ def needs_servers(args: argparse.Namespace) -> bool:
     return args.command in ("serve", "tools")
 
 
-def _policy(config: Config, args: argparse.Namespace) -> Any:
-    from omega_mcp.sandbox.policy import SandboxPolicy
-
-    workspace = Path(os.path.expanduser(args.workspace)).absolute() if getattr(args, "workspace", None) else None
-    return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
-
-
 def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace) -> None:
     """Create the workspace, or raise a ConfigError naming where it was set (flag, file or default)."""
     if getattr(args, "workspace", None):
@@ -60,8 +53,15 @@ def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace)
         where = {"path": str(config.path) if config.path else None, "key": "sandbox.workspace"}
     else:
         where = {"key": "workspace (default: $OMEGA_HOME/workspace)"}
+    # Created with its missing parents only under omega's own home; elsewhere its parent must
+    # exist, so a typo never makes a tree of directories (`/nonexistent/deep/ws` is refused).
+    under_home = workspace == config.home or config.home in workspace.parents
     try:
-        workspace.mkdir(parents=True, exist_ok=True)
+        workspace.mkdir(parents=under_home, exist_ok=True)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{workspace} does not exist, nor does its parent {workspace.parent}; create it first", **where
+        ) from None
     except FileExistsError:
         raise ConfigError(f"{workspace} exists and is not a directory", **where) from None
     except NotADirectoryError:
@@ -85,7 +85,7 @@ async def open_toolbox(
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
-    policy = _policy(config, args)
+    policy = policy_for(config, args)
     _ensure_workspace(policy.workspace, config, args)
     startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
     if with_servers:

@@ -11,7 +11,7 @@ not the hot path, and the 2026-era wire needs fields (`resultType`) older server
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mcp import types
@@ -40,22 +40,25 @@ def _matches(template: str, uri: str) -> bool:
 class Exports:
     """The re-exported prompts and resources of a changing set of connected servers."""
 
-    def __init__(self) -> None:
+    def __init__(self, connected: Callable[[], Connected]) -> None:
+        self._connected = connected
         self._warned: set[tuple[str, str, str]] = set()
 
-    def prompts(self, connected: Connected) -> list[types.Prompt]:
+    def prompts(self) -> list[types.Prompt]:
         """Every downstream prompt as `<server>__<prompt>`, config order."""
-        return [p.model_copy(update={"name": prompt_name(name, p.name)}) for name, c, _ in connected for p in c.prompts]
+        return [
+            p.model_copy(update={"name": prompt_name(name, p.name)})
+            for name, c, _ in self._connected()
+            for p in c.prompts
+        ]
 
-    async def get_prompt(
-        self, connected: Connected, name: str, arguments: dict[str, str] | None
-    ) -> types.GetPromptResult:
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
         """Fetch an exported prompt from its server.
 
         Raises:
             MCPError: unknown prompt (or its server is down), or the server's own error.
         """
-        for server_name, catalog, session in connected:
+        for server_name, catalog, session in self._connected():
             own = server_of_prompt(server_name, name)
             if own is not None and any(p.name == own for p in catalog.prompts):
                 params: dict[str, Any] = {"name": own}
@@ -65,7 +68,7 @@ class Exports:
                 return types.GetPromptResult.model_validate(raw, by_name=False)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
-    async def complete(self, connected: Connected, params: types.CompleteRequestParams) -> types.CompleteResult:
+    async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
         """Forward `completion/complete` for an exported prompt or a resource (template) to its server.
 
         A server that does not offer completions yields no suggestions rather than an error.
@@ -77,7 +80,7 @@ class Exports:
         owner: DownstreamSession | None = None
         wire_ref: dict[str, Any]
         if isinstance(ref, types.PromptReference):
-            for server_name, catalog, session in connected:
+            for server_name, catalog, session in self._connected():
                 own = server_of_prompt(server_name, ref.name)
                 if own is not None and any(p.name == own for p in catalog.prompts):
                     owner = session
@@ -87,8 +90,9 @@ class Exports:
             wire_ref = {"type": "ref/prompt", "name": own}
         else:
             owner = next(
-                (s for _, c, s in connected if any(t.uri_template == ref.uri for t in c.resource_templates)), None
-            ) or next((s for _, c, s in connected if any(r.uri == ref.uri for r in c.resources)), None)
+                (s for _, c, s in self._connected() if any(t.uri_template == ref.uri for t in c.resource_templates)),
+                None,
+            ) or next((s for _, c, s in self._connected() if any(r.uri == ref.uri for r in c.resources)), None)
             if owner is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
             wire_ref = {"type": "ref/resource", "uri": ref.uri}
@@ -115,25 +119,30 @@ class Exports:
                 )
         return kept
 
-    def resources(self, connected: Connected) -> list[types.Resource]:
+    def resources(self) -> list[types.Resource]:
         """Every downstream resource under its own URI; on a collision the first server wins."""
-        return self._first_wins("resource", [(n, r.uri, r) for n, c, _ in connected for r in c.resources])
+        return self._first_wins("resource", [(n, r.uri, r) for n, c, _ in self._connected() for r in c.resources])
 
-    def resource_templates(self, connected: Connected) -> list[types.ResourceTemplate]:
+    def resource_templates(self) -> list[types.ResourceTemplate]:
         """Every downstream resource template; on a collision the first server wins."""
-        items = [(n, t.uri_template, t) for n, c, _ in connected for t in c.resource_templates]
+        items = [(n, t.uri_template, t) for n, c, _ in self._connected() for t in c.resource_templates]
         return self._first_wins("resource template", items)
 
-    async def read_resource(self, connected: Connected, uri: str) -> types.ReadResourceResult:
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
         """Read a resource from the server listing it, else from the first with a matching template.
 
         Raises:
             MCPError: no connected server has the URI, or the server's own error.
         """
-        owner = next((s for _, c, s in connected if any(r.uri == uri for r in c.resources)), None)
+        owner = next((s for _, c, s in self._connected() if any(r.uri == uri for r in c.resources)), None)
         if owner is None:
             owner = next(
-                (s for _, c, s in connected if any(_matches(t.uri_template, uri) for t in c.resource_templates)), None
+                (
+                    s
+                    for _, c, s in self._connected()
+                    if any(_matches(t.uri_template, uri) for t in c.resource_templates)
+                ),
+                None,
             )
         if owner is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")

@@ -5,18 +5,22 @@ calls `EarlyStarts.start()` right after reading the config: every enabled stdio 
 at once and sent its `initialize` request as plain JSON, and both sides load in parallel. The first
 connection attempt of each server then `adopt()`s its process and picks up the handshake answer
 (see `session.py`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
-Processes nobody adopted are killed when the `EarlyStarts` closes. Env: the SDK's default inherited
-variables (`INHERITED_ENV`, checked against the SDK by a test), `PASSED_ENV` and `LC_*`, the
-server's `env`, and omega's marker (`recursion.MARKER`).
+Processes nobody adopted are killed when the `EarlyStarts` closes. Every server starts through
+`sandbox/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
+Env: the SDK's default inherited variables (`INHERITED_ENV`, checked against the SDK by a test),
+`PASSED_ENV` and `LC_*`, the server's `env`, and omega's marker (`recursion.MARKER`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +42,8 @@ PASSED_ENV = ("LANG", "TZ", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy
 HANDSHAKE_VERSION = "2025-11-25"
 """The newest handshake-era protocol version (the SDK's LATEST_HANDSHAKE_VERSION)."""
 INIT_ID = "omega-early-initialize"
+_DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "deathsig.py"
+"""The launcher every server starts through, so that it dies with omega (see `spawn`)."""
 
 Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
 
@@ -72,20 +78,39 @@ def _key(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: 
     return command, tuple(args), tuple(sorted((env or {}).items())), str(cwd) if cwd is not None else None
 
 
+def _check_runnable(command: str, environment: Mapping[str, str], cwd: str | Path | None) -> None:
+    """Raise what Popen would for a command that cannot run (the launcher would only exit 127)."""
+    if os.sep in command:  # run as given, relative to the server's cwd
+        path = Path(cwd or ".") / command
+        if not path.is_file():
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+        if not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+    elif shutil.which(command, path=environment.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
 def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Spawned:
     """Start a server in its own process group with fresh pipes on stdin, stdout and stderr.
+
+    The server runs through the `sandbox/deathsig.py` launcher, so it is SIGKILLed when omega dies,
+    even by SIGKILL. PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call this
+    from the event-loop (or main) thread, never from a short-lived worker thread. The launcher's
+    PDEATHSIG covers the server itself, not its children (npx → node): the process-group kill of a
+    normal shutdown does.
 
     Raises:
         OSError: the command cannot be started.
     """
+    environment = default_environment(env)
+    _check_runnable(command, environment, cwd)
+    launcher = [sys.executable, "-I", "-S", str(_DEATHSIG), str(os.getpid()), "--", command, *args]
     child_in, our_in = os.pipe()
     our_out, child_out = os.pipe()
     our_err, child_err = os.pipe()
     try:
         # Its own process group: shutdown reaches grandchildren too.
-        process = popen_group(
-            [command, *args], stdin=child_in, stdout=child_out, stderr=child_err, env=default_environment(env), cwd=cwd
-        )
+        process = popen_group(launcher, stdin=child_in, stdout=child_out, stderr=child_err, env=environment, cwd=cwd)
     except BaseException:
         for fd in (our_in, our_out, our_err):
             os.close(fd)

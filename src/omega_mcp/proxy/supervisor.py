@@ -10,7 +10,7 @@ servers arriving later are announced with `notifications/tools/list_changed`, li
 of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
 Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
 does, it carries list_changed and cancellation, and costs no `server/discover` probe.
-Prompts and resources are re-exported by the rules in proxy_catalog.py.
+Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`).
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ class Downstreams(AsyncContextManagerMixin):
         self._tools_cache: tuple[tuple[str, types.Tool], ...] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._logged: set[tuple[str, str]] = set()
-        self._exports = Exports()
+        self.exports = Exports(self._connected)
+        """The connected servers' prompts and resources, re-exported (prompts/list, resources/read, ...)."""
         self._update_settled()
 
     @classmethod
@@ -375,46 +376,10 @@ class Downstreams(AsyncContextManagerMixin):
             return error_wire(self.down_message(server_name))
         return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
 
-    # -- prompts and resources (rules in proxy_catalog) ---------------------------------------
+    # -- prompts and resources (rules in catalog.py) ------------------------------------------
 
     def _connected(self) -> list[tuple[str, Catalog, DownstreamSession]]:
         return [(n, e.catalog, e.session) for n, e in self._entries.items() if e.session is not None]
-
-    def prompts(self) -> list[types.Prompt]:
-        """Every downstream prompt as `<server>__<prompt>`, config order."""
-        return self._exports.prompts(self._connected())
-
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
-        """Fetch an exported prompt from its server.
-
-        Raises:
-            MCPError: unknown prompt (or its server is down), or the server's own error.
-        """
-        return await self._exports.get_prompt(self._connected(), name, arguments)
-
-    def resources(self) -> list[types.Resource]:
-        """Every downstream resource under its own URI; on a collision the first server wins."""
-        return self._exports.resources(self._connected())
-
-    def resource_templates(self) -> list[types.ResourceTemplate]:
-        """Every downstream resource template; on a collision the first server wins."""
-        return self._exports.resource_templates(self._connected())
-
-    async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        """Read a resource from the server listing it, else from the first with a matching template.
-
-        Raises:
-            MCPError: no connected server has the URI, or the server's own error.
-        """
-        return await self._exports.read_resource(self._connected(), uri)
-
-    async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
-        """Forward `completion/complete` to the server owning the prompt or resource.
-
-        Raises:
-            MCPError: unknown prompt or resource, or the server's own error.
-        """
-        return await self._exports.complete(self._connected(), params)
 
     # -- status ------------------------------------------------------------------------------
 

@@ -4,12 +4,14 @@ The server starts every bash command through this file (argv built by `launch.ba
 sets the process up and `execve`s PROGRAM, in this order: die with the server (PDEATHSIG), close
 stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
 tiny supervisor; its child is the namespace's PID 1 and runs PROGRAM as PID 2; killing the
-supervisor or PID 1 kills the whole tree, `setsid` children included), read-only binds over
-omega's own files, Landlock, exec. Stdlib only and no package import: it runs without `site`
-and every command pays its start-up time; `landlock.py` is imported from this directory. Any
-failure prints `omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports
-what this machine supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py`
-works too, only slower).
+supervisor or PID 1 kills the whole tree, `setsid` children included), with `--netns` a network
+namespace of its own too (loopback only), read-only binds over omega's own files, `--hide` paths
+and (`--hide-sockets`) the host's UNIX sockets outside the `--rw` roots covered, Landlock, exec.
+Stdlib only and no package import: it runs without `site` and every command pays its start-up
+time; `landlock.py` and `mounts.py` (PID 1's mounts) are imported from this directory. Any failure
+prints `omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports what this
+machine supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too,
+only slower).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox import landlock, mounts
 elif __package__:  # imported as part of the package (tests, the launcher)
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox import landlock, mounts
 else:
     # Not `import omega_mcp...`: without site-packages the package is not importable, and its
     # __init__ may pull in the whole server. The sibling file is stdlib-only by contract.
@@ -29,6 +31,7 @@ else:
     if _HERE not in sys.path:
         sys.path.append(_HERE)  # appended, so a stdlib module always wins over a file here
     import landlock
+    import mounts
 
 EXIT_SANDBOX_FAILURE = 125
 """Exit status when the sandbox could not be set up (the command did not run)."""
@@ -37,16 +40,9 @@ LINGER_SECONDS = 3.0
 tool drains their output for 1.5 s, then kills the group)."""
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
-_MS_RDONLY = 1
-_MS_REMOUNT = 32
-_MS_BIND = 4096
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
-_MS_RELATIME = 1 << 21
-_MS_LOCKABLE = 2 | 4 | 8 | 1024 | 2048  # NOSUID NODEV NOEXEC NOATIME NODIRATIME: same bits as ST_*
-_ST_RELATIME = 4096
 _PR_SET_PDEATHSIG = 1
 # Signal numbers (identical on Linux and macOS for these); the `signal` module costs ~5 ms (enum).
 _SIGINT, _SIGKILL, _SIGPIPE, _SIGXFSZ = 2, 9, 13, 25
@@ -77,6 +73,9 @@ class _Spec:
         self.writable: list[str] = []
         self.devices: list[str] = []
         self.deny_tcp = False
+        self.netns = False
+        self.hide: list[str] = []
+        self.hide_sockets = False
         self.command: list[str] = []
 
 
@@ -93,7 +92,7 @@ def parse(argv: list[str]) -> _Spec:
         if opt == "--":
             spec.command = argv[i + 1 :]
             break
-        if opt in ("--probe", "--pidns", "--deny-tcp"):
+        if opt in ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets"):
             setattr(spec, opt[2:].replace("-", "_"), True)
             i += 1
             continue
@@ -120,6 +119,8 @@ def parse(argv: list[str]) -> _Spec:
             spec.writable.append(value)
         elif opt == "--dev":
             spec.devices.append(value)
+        elif opt == "--hide":
+            spec.hide.append(value)
         else:
             raise ValueError(f"unknown option {opt!r}")
     if not spec.command and not spec.probe:
@@ -188,24 +189,17 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _unshare_namespaces() -> None:
+def _unshare_namespaces(*, net: bool = False) -> None:
     uid, gid = os.geteuid(), os.getegid()
-    if landlock.libc_function("unshare")(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS):
-        raise _errno_fail("unshare(user, pid, mount namespaces)")
+    flags = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWNET if net else 0)
+    if landlock.libc_function("unshare")(flags):
+        raise _errno_fail(f"unshare(user, pid, mount{', network' if net else ''} namespaces)")
     try:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     except OSError as exc:
         raise _Failure(f"user namespace id map: {exc}") from None
-
-
-def _mount(source: str | None, target: str | None, fstype: str | None, flags: int) -> None:
-    def enc(value: str | None) -> bytes | None:
-        return None if value is None else os.fsencode(value)
-
-    if landlock.libc_function("mount")(enc(source), enc(target), enc(fstype), landlock.c_ulong(flags), None):
-        raise _errno_fail(f"mount {target}")
 
 
 def _fork_supervised() -> int:
@@ -328,32 +322,12 @@ def _linger() -> None:
     os._exit(0)  # as PID 1: the kernel kills whatever is left
 
 
-def _setup_pid1(spec: _Spec) -> bool:
-    """Inside the namespaces: private mounts, own /proc, pid_max, protective binds."""
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
+    """Inside the namespaces (`mounts.setup`); returns whether the private /proc could be mounted."""
     try:
-        _mount("proc", "/proc", "proc", 2 | 4 | 8)
-    except _Failure:
-        return False  # e.g. a container with masked /proc: pids outside stay visible, nothing else
-    if spec.pid_max:
-        try:
-            _write("/proc/sys/kernel/pid_max", str(spec.pid_max))
-        except OSError:
-            pass  # kernels before 6.14 have no per-namespace pid_max; the probe reports it
-    for op, path in spec.binds:
-        if not os.path.lexists(path):
-            continue
-        _mount(path, path, None, _MS_BIND | _MS_REC)
-        if op == "protect":
-            # A remount must keep the flags the kernel locked on the original mount.
-            flags = os.statvfs(path).f_flag
-            keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
-            _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
-    if spec.binds:
-        # The cwd still points into the mounts as they were before the binds: re-enter it by
-        # name, or relative paths would reach the protected files underneath.
-        os.chdir(os.getcwd())
-    return True
+        return mounts.setup(spec.pid_max, spec.netns, spec.binds, spec.hide, sockets or [])
+    except OSError as exc:
+        raise _Failure(exc.strerror or str(exc)) from None
 
 
 def run(spec: _Spec) -> None:
@@ -366,9 +340,17 @@ def run(spec: _Spec) -> None:
     _set_rlimits(spec)
     status_w: int | None = None
     if spec.pidns:
-        _unshare_namespaces()
+        sockets = None
+        if spec.hide_sockets:
+            try:
+                sockets = mounts.host_sockets(spec.writable, spec.hide)
+            except OSError as exc:
+                raise _Failure(f"cannot list the host's UNIX sockets to hide them: {exc.strerror}") from None
+        _unshare_namespaces(net=spec.netns)
         status_w = _fork_supervised()
-        _setup_pid1(spec)
+        _setup_pid1(spec, sockets)
+    elif spec.netns or spec.hide or spec.hide_sockets:
+        raise _Failure("--netns, --hide and --hide-sockets need --pidns (the namespaces)")
     if spec.landlock_abi:
         try:
             skipped = landlock.restrict_self(
@@ -395,7 +377,7 @@ def _say(line: str) -> None:
 
 
 def probe() -> None:
-    """Print `key=value` lines: landlock_abi, pidns, mount_proc, pid_max, landlock_enforced."""
+    """Print `key=value` lines: landlock_abi, pidns, netns, mount_proc, pid_max, landlock_enforced."""
     abi = landlock.abi_version()
     _say(f"landlock_abi={abi}")
     pid = os.fork()
@@ -403,9 +385,15 @@ def probe() -> None:
         code = 0
         try:
             try:
-                _unshare_namespaces()
+                try:
+                    _unshare_namespaces(net=True)
+                    netns = 1
+                except _Failure:
+                    _unshare_namespaces()  # no network namespace: the rest may still work
+                    netns = 0
                 _fork_supervised()
                 _say(f"pidns={int(os.getpid() == 1)}")
+                _say(f"netns={netns}")
                 spec = _Spec()
                 spec.pid_max = 4000
                 _say(f"mount_proc={int(_setup_pid1(spec))}")

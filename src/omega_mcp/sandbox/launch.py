@@ -3,8 +3,10 @@
 `bash_launch(policy, command)` is the only thing `builtin/bash.py` asks of the sandbox; it raises
 `SandboxUnavailableError` when the mode needs an OS sandbox this machine cannot give (fail closed;
 `[sandbox] require_os_sandbox = false` opts out). On Linux every mode goes through `exec.py` for
-rlimits and the PID namespace; sandbox/rx add Landlock (sandbox also denies TCP) and read-only
-binds over omega's own files when they lie inside a writable root. On macOS sandbox/rx use
+rlimits and the PID namespace; sandbox/rx add Landlock, read-only binds over omega's own files
+when they lie inside a writable root, and hide secrets (`SandboxPolicy.hidden_paths`), well-known
+socket directories and the host's pathname UNIX sockets outside the roots; sandbox also gives bash
+a network namespace of its own (loopback only), or denies TCP with Landlock where there is none. On macOS sandbox/rx use
 `sandbox-exec` with paths passed as `-D` parameters. `describe_sandbox` reports the same plan.
 """
 
@@ -39,6 +41,8 @@ _MIN_ABI = {"sandbox": 4, "rx": 3}  # 4: TCP rules; 3: TRUNCATE (else O_TRUNC wi
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts")
 _GPU_PREFIXES = ("nvidia", "dri")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_SOCKET_PLACES = ("/run/user", "/run/dbus", "/tmp/.X11-unix", "/var/run/docker.sock", "/run/docker.sock")
+"""Where host services keep UNIX sockets: covered (outside the roots) whatever /proc/net/unix lists."""
 _MACOS_PROFILE_HEAD = "(version 1)\n(allow default)\n(deny file-write*)\n"
 
 
@@ -66,6 +70,9 @@ class _Plan:
     unprotected: tuple[Path, ...]
     warnings: tuple[str, ...]
     refusal: str | None
+    netns: bool = False
+    hide: tuple[Path, ...] = ()
+    hide_sockets: bool = False
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -95,7 +102,7 @@ def _refusal(policy: SandboxPolicy, support: probe.Support, need: int) -> str:
 
 def _own_files(policy: SandboxPolicy) -> list[Path]:
     """What bash must never change: omega's home and config, and the code the server runs."""
-    candidates = [policy.home, policy.config_path, _PACKAGE_DIR, Path(sys.prefix), Path(sys.base_prefix)]
+    candidates = [policy.home, policy.config_path, *policy.own_code]
     return [p for p in dict.fromkeys(_real(c) for c in candidates if c is not None) if p.exists()]
 
 
@@ -164,18 +171,42 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         else:
             real_roots = [_real(r) for r in roots]
             unprotected = tuple(p for p in _own_files(policy) if any(_within(p, r) for r in real_roots))
-        if unprotected:
-            warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
+            if unprotected:
+                warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
+        # With the binds, what is left unprotected is a ./servers.toml that does not exist yet: bash
+        # may create it, and the CLI refuses to load such a file implicitly (cli/trust.py).
         network = policy.bash_network or abi < 4
         if abi < need:
             warnings.append(f"Landlock ABI {abi} is below {need}: bash is only partly confined")
         if os.path.isdir("/dev/shm"):
             roots = (*roots, Path("/dev/shm"))  # POSIX shared memory (multiprocessing locks)
-        return _Plan("landlock", abi, network, pidns, roots, binds, unprotected, tuple(warnings), None)
+        netns = pidns and support.net_namespace and not policy.bash_network
+        hide = _hiding(policy, roots, warnings) if pidns else ()
+        return _Plan(
+            "landlock", abi, network, pidns, roots, binds, unprotected, tuple(warnings), None, netns, hide, pidns
+        )
     if policy.require_os_sandbox:
         return _Plan("none", 0, True, pidns, (), (), (), tuple(warnings), _refusal(policy, support, need))
     warnings.append(f"bash runs WITHOUT OS confinement (require_os_sandbox = false): {support.detail}")
     return _Plan("none", 0, True, pidns, (Path("/"),), (), (), tuple(warnings), None)
+
+
+def _hiding(policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str]) -> tuple[Path, ...]:
+    """What bash's mount namespace covers: the policy's hidden paths and the well-known socket places
+    that exist. A place that holds a write root is not covered (it would hide the root too)."""
+    real_roots = [_real(r) for r in roots]
+    found: list[Path] = []
+    for path in policy.hidden_paths:
+        if not os.path.lexists(path):
+            continue
+        if any(_within(r, _real(path)) for r in real_roots):
+            warnings.append(f"{path} is not hidden from bash: it holds a write root")
+            continue
+        found.append(path)
+    for place in map(Path, _SOCKET_PLACES):
+        if os.path.lexists(place) and not any(_within(_real(place), r) or _within(r, _real(place)) for r in real_roots):
+            found.append(place)
+    return tuple(dict.fromkeys(found))
 
 
 def _limits(policy: SandboxPolicy) -> dict[str, int | None]:
@@ -209,8 +240,14 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
         argv += ["--rlimit", f"data={policy.memory_mb * _MIB}"]
     if plan.pid_namespace:
         argv += ["--pidns", "--pid-max", str(processes + _PID_RESERVED)]
+    if plan.netns:
+        argv.append("--netns")
     for op, path in plan.binds:
         argv += [f"--{op}", str(path)]
+    for path in plan.hide:
+        argv += ["--hide", str(path)]
+    if plan.hide_sockets:
+        argv.append("--hide-sockets")
     if plan.confinement == "landlock":
         argv += ["--landlock", str(plan.landlock_abi)]
         for root in plan.write_roots:
@@ -219,7 +256,9 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
             argv += ["--rw", str(policy.pinned_roots.get(root, root))]
         for device in _devices():
             argv += ["--dev", device]
-        if not plan.network:
+        if not plan.network and not plan.netns:
+            # With its own network namespace bash reaches nothing but its own loopback, where TCP
+            # must work (a test server and its client); the Landlock TCP deny is the fallback.
             argv.append("--deny-tcp")
     return argv
 
@@ -319,8 +358,28 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         process_limit = "none (needs a pid namespace with its own pid_max, or a non-root user on Linux)"
     if plan.confinement == "none" or plan.network:
         network = "allowed"
+    elif plan.netns:
+        network = "denied: bash has its own network namespace (loopback only: no TCP, UDP, ICMP, host abstract sockets)"
     else:
-        network = "TCP bind/connect denied (UDP and pathname UNIX sockets are not restricted)"
+        network = "TCP bind/connect denied (no network namespace here, so UDP is not restricted)"
+    if plan.netns:
+        netns = "on: a network namespace of its own, loopback only"
+    elif plan.confinement == "none" or plan.network:
+        netns = f"off: {policy.mode} mode keeps the host network" if plan.confinement != "none" else "off: unconfined"
+    elif support.platform != "linux":
+        netns = "off: Linux only (TCP is denied by the OS sandbox instead)"
+    else:
+        netns = "off: this machine cannot give bash a network namespace (user namespaces unavailable)"
+    places = [str(p) for p in plan.hide if str(p) in _SOCKET_PLACES]
+    if plan.hide_sockets:
+        sockets = "on: the host's pathname UNIX sockets outside the write roots (listed at each call) are covered"
+        sockets += f", and {', '.join(places)}" if places else ""
+    elif plan.confinement == "none":
+        sockets = "off: unconfined"
+    elif support.platform != "linux":
+        sockets = "off: Linux only"
+    else:
+        sockets = "off: needs a mount namespace (user namespaces unavailable)"
     return {
         "platform": support.platform,
         "mode": policy.mode,
@@ -336,6 +395,9 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         "protected_read_only": [str(p) for op, p in plan.binds if op == "protect"],
         "unprotected_own_files": [str(p) for p in plan.unprotected],
         "env_passthrough": list(policy.env_passthrough),
+        "network_namespace": netns,
+        "unix_sockets_hidden": sockets,
+        "hidden_paths": [str(p) for p in plan.hide if str(p) not in _SOCKET_PLACES],
         "warnings": list(plan.warnings),
         "refusal": plan.refusal,
         "probe_detail": support.detail,

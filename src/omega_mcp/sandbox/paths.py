@@ -11,7 +11,8 @@ calls. The blocklist (system dirs, omega's config and state) is checked on the l
 the real location of the opened fd. A write the user approved outside the roots
 (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it lands exactly at
 the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token file, checked
-the same two ways. All functions here block: call them from a worker thread.
+the same two ways, and in sandbox and rx modes the secrets of `SandboxPolicy.hidden` (`~/.ssh`, ...).
+All functions here block: call them from a worker thread.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
 from omega_mcp.sandbox.beneath import make_exact, open_beneath, open_exact, real_fd_path, walk
+from omega_mcp.sandbox.hidden import unhide_hint
 from omega_mcp.sandbox.policy import SYSTEM_DIRS, SandboxPolicy
 
 if TYPE_CHECKING:
@@ -85,7 +87,9 @@ def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     for protected in policy.protected_paths:
         for alias in _aliases(protected):
             if target.is_relative_to(alias):
-                return f"{protected} is omega's own configuration or state, never writable by the tools (every mode)"
+                return (
+                    f"{protected} is omega's own configuration, state or code, never writable by the tools (every mode)"
+                )
     for system in SYSTEM_DIRS:
         if target.is_relative_to(system):
             return f"{system} is a system directory, never writable by the file tools (every mode)"
@@ -100,8 +104,8 @@ def _check_write_allowed(policy: SandboxPolicy, target: Path, shown: Path) -> No
 
 def _roots_text(policy: SandboxPolicy) -> str:
     if policy.mode == "rwx":
-        return "anywhere except system directories and omega's own configuration and state"
-    return ", ".join(str(r) for r in policy.file_write_roots) + " (except omega's configuration and state)"
+        return "anywhere except system directories and omega's own configuration, state and code"
+    return ", ".join(str(r) for r in policy.file_write_roots) + " (except omega's configuration, state and code)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +278,16 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     for alias in _aliases(policy.state_dir):
         if target.is_relative_to(alias):
             return "omega's state files are never readable by the tools"
+    if policy.mode != "rwx":
+        for hidden in policy.hidden:
+            if any(target.is_relative_to(alias) for alias in _aliases(hidden)):
+                return f"hidden from the tools by [sandbox] hide ({unhide_hint(hidden)})"
     return None
 
 
 def check_read_fd(policy: SandboxPolicy, fd: int, path: Path) -> None:
-    """Refuse an opened file that is really an environ file, the token or a state file (by real path;
-    the token also by inode).
+    """Refuse an opened file that is really an environ file, the token, a state file or a hidden secret
+    (by real path; the token also by inode).
 
     Raises:
         PathDeniedError: the fd is a denied file, whatever name or link led to it.
@@ -316,7 +324,8 @@ def open_readable(policy: SandboxPolicy, path: Path) -> int:
     through /proc/self/fd so the checked inode is the one read.
 
     Raises:
-        PathDeniedError: environ or token file. ToolError: missing, not a regular file, OS error.
+        PathDeniedError: environ, token or state file, or a hidden secret (sandbox, rx).
+        ToolError: missing, not a regular file, OS error.
     """
     reason = _read_block_reason(policy, path)
     if reason is not None:

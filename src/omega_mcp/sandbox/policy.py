@@ -9,19 +9,35 @@ model can never widen its own sandbox or register a new server.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omega_mcp.config import Config, OnDenied, SandboxMode
+from omega_mcp.sandbox.hidden import default_hidden, effective_hidden
 
-__all__ = ["SYSTEM_DIRS", "SandboxPolicy"]
+__all__ = ["SYSTEM_DIRS", "SandboxPolicy", "interpreter_dirs"]
 
 SYSTEM_DIRS: tuple[Path, ...] = tuple(
     Path(p)
     for p in ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/sys", "/proc", "/dev")
 )
 """Never writable by the file tools (`/dev/null` excepted), in every mode. `/lib*` is listed out."""
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def interpreter_dirs() -> tuple[Path, ...]:
+    """What omega imports and runs from: its interpreter's prefixes (a venv: site-packages, `.pth`
+    files, the console script), its package directory (an editable install's source) and every other
+    directory on `sys.path` (user site-packages, `PYTHONPATH`), but the current directory, which
+    `python -m omega_mcp` puts first and `__main__` takes off again."""
+    cwd = Path.cwd()
+    paths = [Path(sys.prefix), Path(sys.base_prefix), _PACKAGE_DIR]
+    paths += [Path(entry) for entry in sys.path if entry and Path(entry).is_dir() and Path(entry) != cwd]
+    return tuple(dict.fromkeys(Path(os.path.realpath(p)) for p in paths))
+
 
 TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a secret
 STATE_DIR_NAME = "state"
@@ -46,8 +62,13 @@ class SandboxPolicy:
     max_open_files: int | None = None
     memory_mb: int | None = None
     tmp_dir: Path = field(default=Path("/tmp"))
+    own_code: tuple[Path, ...] = field(default_factory=interpreter_dirs)
+    """What omega imports and runs from (`interpreter_dirs()`): never writable by any tool."""
     config_candidates: tuple[Path, ...] = ()
     """Other files omega would load as its config on a later start (`./servers.toml` of its cwd)."""
+    hidden: tuple[Path, ...] = field(default_factory=default_hidden)
+    """Secrets hidden from bash and `read` in sandbox and rx modes (`sandbox/hidden.py`: the defaults
+    minus `[sandbox] unhide`, plus `[sandbox] hide`). `hidden_paths` adds omega's token and state."""
     pinned_roots: Mapping[Path, Path] = field(init=False, compare=False, repr=False, default_factory=dict[Path, Path])
     """Write root -> where it really was when this policy was made (omega's start). The file tools use
     these, never a fresh realpath: bash may rename a root that lies in another writable root (`/tmp`)
@@ -78,6 +99,7 @@ class SandboxPolicy:
             max_open_files=sb.max_open_files,
             memory_mb=sb.memory_mb,
             config_candidates=(Path.cwd().absolute() / "servers.toml",),
+            hidden=effective_hidden(sb, config.path.parent if config.path else None),
         )
 
     @property
@@ -95,8 +117,8 @@ class SandboxPolicy:
 
     @property
     def protected_paths(self) -> tuple[Path, ...]:
-        """omega's own config and state: never writable (any mode), token never readable."""
-        paths = [self.home / "servers.toml", self.token_file, self.state_dir, *self.config_candidates]
+        """omega's own config, state and code: never writable (any mode), token never readable."""
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir, *self.config_candidates, *self.own_code]
         if self.config_path is not None:
             paths.append(self.config_path)
         return tuple(dict.fromkeys(paths))
@@ -112,6 +134,13 @@ class SandboxPolicy:
     def bash_write_roots(self) -> tuple[Path, ...]:
         """Roots bash may write beneath under the OS sandbox (sandbox and rx modes)."""
         return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
+
+    @property
+    def hidden_paths(self) -> tuple[Path, ...]:
+        """What bash must not see in this mode: `hidden` plus omega's token and state; none in rwx."""
+        if self.mode == "rwx":
+            return ()
+        return tuple(dict.fromkeys((*self.hidden, self.token_file, self.state_dir)))
 
     @property
     def bash_network(self) -> bool:

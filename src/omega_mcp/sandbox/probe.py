@@ -3,7 +3,8 @@
 On Linux the probe runs the trampoline (`exec.py --probe`) in a subprocess, because namespaces
 cannot be entered from a threaded server and Landlock must be seen to *deny* something before we
 trust it: it reports the Landlock ABI, whether a restricted process really lost write access,
-and whether user+PID+mount namespaces, a private /proc and a per-namespace `pid_max` work.
+and whether user+PID+mount namespaces, a network namespace, a private /proc and a per-namespace
+`pid_max` work.
 `OMEGA_FORCE_NO_LANDLOCK=1` (checked on every call, not cached) makes Landlock look absent, so
 tests and users can exercise the fail-closed path.
 """
@@ -47,6 +48,8 @@ class Support:
     landlock_abi: int = 0
     landlock_enforced: bool = False
     pid_namespace: bool = False
+    net_namespace: bool = False
+    """A network namespace can be entered together with the user namespace (bash's own loopback)."""
     mount_proc: bool = False
     pid_max: bool = False
     sandbox_exec: bool = False
@@ -93,6 +96,7 @@ def _probe() -> Support:
         landlock_abi=abi,
         landlock_enforced=found.get("landlock_enforced", (0, ""))[0] == 1,
         pid_namespace=found.get("pidns", (0, ""))[0] == 1,
+        net_namespace=found.get("netns", (0, ""))[0] == 1,
         mount_proc=found.get("mount_proc", (0, ""))[0] == 1,
         pid_max=found.get("pid_max", (0, ""))[0] == 1,
         detail="; ".join(reasons),

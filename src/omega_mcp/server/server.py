@@ -9,6 +9,11 @@ downstream's result is handed back unparsed; over stdio, calls to stdio servers 
 the relay (`fastpath/relay.py`, installed by `server/stdio.py`). List changes reach handshake-era
 clients as `notifications/*/list_changed` and 2026-era clients through `subscriptions/listen`;
 downstream prompts and resources are re-exported. A new transport to serve on goes in `server/`.
+Background shells belong to the connection that started them (`_shell_owner`): a connection's
+`exit_stack` kills them when it closes (stdio: the client went away; HTTP: its session was deleted
+or timed out). That is the SDK's per-connection hook: the lifespan is per server on the HTTP hub.
+A stateless 2026-era HTTP request has no session, so it may not start background shells; a
+2026-era stdio stream has one client for omega's life, so its shells are the process's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp._sdk import connection_of
+from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.supervisor import Downstreams
@@ -50,6 +56,8 @@ __all__ = ["OmegaServer", "build_server"]
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "omega"
+_SHELLS_CLEANUP = "omega_mcp.shells_cleanup"
+"""`Connection.state` key: the connection's background shells are killed when it closes."""
 _NOTIFY_SECONDS = 2.0
 
 
@@ -100,6 +108,18 @@ class OmegaServer(Server[Any]):
     def _remember(self, session: ServerSession) -> None:
         self._connections.add(connection_of(session))  # dropped with the connection (a weak set)
 
+    def _shell_owner(self, session: ServerSession, http_request: object = None) -> object | None:
+        """Who owns a call's background shells: its connection; the process (None) for a 2026-era
+        stdio stream, whose one client lives as long as omega; NO_SESSION for a 2026-era HTTP request."""
+        connection = connection_of(session)
+        if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # The connection is built for this one request: nothing would end its shells.
+            return NO_SESSION if http_request is not None else None
+        if not connection.state.get(_SHELLS_CLEANUP):
+            connection.state[_SHELLS_CLEANUP] = True
+            connection.exit_stack.push_async_callback(self.toolbox.end_session, connection)
+        return connection
+
     # -- tools -------------------------------------------------------------------------------
 
     async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -117,6 +137,7 @@ class OmegaServer(Server[Any]):
                 progress=session.report_progress,
                 meta=ctx.meta,
                 approve=elicitation_approver(session, ctx.request_id),
+                owner=self._shell_owner(session, ctx.request),
             )
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
@@ -143,7 +164,10 @@ class OmegaServer(Server[Any]):
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
         try:
             approve = elicitation_approver(ctx.session, ctx.request_id)
-            return await self.toolbox.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve)
+            owner = self._shell_owner(ctx.session)
+            return await self.toolbox.call_tool_wire(
+                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
+            )
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
 
@@ -158,12 +182,12 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListPromptsResult(prompts=catalog.prompts())
+        return types.ListPromptsResult(prompts=catalog.exports.prompts())
 
     async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         catalog = self._require_catalog()
         await catalog.wait_ready()  # its server may still be starting
-        return await catalog.get_prompt(params.name, params.arguments)
+        return await catalog.exports.get_prompt(params.name, params.arguments)
 
     async def _on_list_resources(
         self, ctx: Any, params: types.PaginatedRequestParams | None
@@ -171,24 +195,24 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListResourcesResult(resources=catalog.resources())
+        return types.ListResourcesResult(resources=catalog.exports.resources())
 
     async def _on_list_resource_templates(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListResourceTemplatesResult(resource_templates=catalog.resource_templates())
+        return types.ListResourceTemplatesResult(resource_templates=catalog.exports.resource_templates())
 
     async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         catalog = self._require_catalog()
         await catalog.wait_ready()  # its server may still be starting
-        return await catalog.read_resource(params.uri)
+        return await catalog.exports.read_resource(params.uri)
 
     async def _on_completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return await catalog.complete(params)
+        return await catalog.exports.complete(params)
 
     # -- logging -----------------------------------------------------------------------------
 
@@ -219,7 +243,8 @@ class OmegaServer(Server[Any]):
 
     @asynccontextmanager
     async def _lifespan(self, _: Server[Any]) -> AsyncGenerator[dict[str, Any]]:
-        # The SDK enters the lifespan around every connection. One connection at a time leads
+        # The SDK enters the lifespan once per `Server.run` (a stdio connection) and once for the whole
+        # HTTP hub (its session manager), not per HTTP session. One connection at a time leads
         # (forwards list changes and logs to every remembered connection); when the leader's
         # connection ends, another live one takes over, so an HTTP hub never goes deaf.
         async with anyio.create_task_group() as task_group:

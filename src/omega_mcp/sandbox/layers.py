@@ -1,0 +1,69 @@
+"""Every protection layer as `on: ...` or `off: <why>`: what `tools --json` and the startup log show.
+
+Built from `describe_sandbox`'s plan (what this kernel and mode really give bash) plus the layers
+that do not depend on the kernel (the planted-config guard, per-session shells, downstreams dying
+with omega). A user reading one of these lines learns what is enforced here and what is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = ["sandbox_layers", "summary"]
+
+
+def _landlock(sandbox: Mapping[str, Any]) -> str:
+    if sandbox.get("refusal"):
+        return f"off: bash refused: {sandbox['refusal']}"
+    if sandbox.get("confinement") == "landlock":
+        return f"on: ABI {sandbox.get('landlock_abi')}, writes only under the write roots"
+    if sandbox.get("confinement") == "sandbox-exec":
+        return "on: macOS sandbox-exec profile (writes only under the write roots)"
+    if sandbox.get("mode") == "rwx":
+        return "off: rwx mode confines nothing"
+    return "off: no OS sandbox here, and require_os_sandbox = false"
+
+
+def _secrets(policy: SandboxPolicy, sandbox: Mapping[str, Any], hidden: list[str], confined: bool) -> str:
+    if policy.mode == "rwx":
+        return "off: rwx mode hides nothing"
+    if not (confined and sandbox.get("pid_namespace")):
+        return "off for bash (it needs a mount namespace); read still refuses the hide list"
+    if hidden:
+        return f"on: {len(hidden)} existing path(s) of the hide list covered for bash and refused by read"
+    return "on: none of the hide list exists here"
+
+
+def summary(layers: Mapping[str, str]) -> str:
+    """The layers in one log line: `name on` or `name off (why)`."""
+    parts: list[str] = []
+    for name, state in layers.items():
+        on, _, why = state.partition(": ")
+        parts.append(f"{name} {on}" if on == "on" else f"{name} {on} ({why})")
+    return "sandbox layers: " + "; ".join(parts)
+
+
+def sandbox_layers(policy: SandboxPolicy, sandbox: Mapping[str, Any]) -> dict[str, str]:
+    """One line per layer, keyed by name; `sandbox` is `describe_sandbox(policy)`."""
+    confined = sandbox.get("confinement") not in (None, "none") and not sandbox.get("refusal")
+    hidden = list(sandbox.get("hidden_paths") or [])
+    protected = list(sandbox.get("protected_read_only") or [])
+    return {
+        "landlock": _landlock(sandbox),
+        "pid_namespace": "on: every process of a command dies with it"
+        if sandbox.get("pid_namespace")
+        else "off: user namespaces unavailable (process groups only)",
+        "network_namespace": str(sandbox.get("network_namespace", "off")),
+        "unix_sockets_hidden": str(sandbox.get("unix_sockets_hidden", "off")),
+        "secrets_hidden": _secrets(policy, sandbox, hidden, confined),
+        "own_files_read_only": f"on: {len(protected)} bind(s) inside the write roots"
+        if protected
+        else "on: none of omega's files lies inside a write root",
+        "planted_config_guard": "on: a ./servers.toml in a writable place is not loaded without --config",
+        "shells_per_session": "on: a background shell belongs to the session that started it",
+        "downstreams_die_with_omega": "on: PR_SET_PDEATHSIG on every stdio server (its own children: group kill only)",
+        "downstream_confinement": "off: downstream servers run with your rights",
+    }

@@ -1,0 +1,149 @@
+"""PID 1's setup inside bash's namespaces: private mounts and /proc, pid_max, loopback, binds, covers.
+
+Stdlib only and no package import, like `landlock.py` (imported the same way by `exec.py`, in a
+`python -I -S` process on every bash call). Read-only binds keep omega's own files unchanged where
+they lie inside a writable root. A hidden path is covered: a directory by an empty read-only tmpfs
+(mode 0), anything else (a file, a socket) by a bind of /dev/null, so reads see nothing and
+`connect()` to a covered socket is refused. The host's pathname UNIX sockets come from
+/proc/net/unix, which lists those of the reader's network namespace: read it before entering one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from omega_mcp.sandbox import landlock
+elif __package__:
+    from omega_mcp.sandbox import landlock
+else:
+    import landlock  # exec.py put this directory on sys.path
+
+__all__ = ["host_sockets", "mount", "setup"]
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_MS_RELATIME = 1 << 21
+_MS_LOCKABLE = 2 | 4 | 8 | 1024 | 2048  # NOSUID NODEV NOEXEC NOATIME NODIRATIME: same bits as ST_*
+_ST_RELATIME = 4096
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
+_S_IFMT, _S_IFDIR, _S_IFSOCK, _S_IFLNK = 0o170000, 0o040000, 0o140000, 0o120000
+
+
+def mount(source: str | None, target: str | None, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """mount(2). Raises: OSError whose strerror reads `mount TARGET: REASON`."""
+
+    def enc(value: str | None) -> bytes | None:
+        return None if value is None else os.fsencode(value)
+
+    if landlock.libc_function("mount")(enc(source), enc(target), enc(fstype), landlock.c_ulong(flags), enc(data)):
+        err = landlock.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def setup(pid_max: int, netns: bool, binds: list[tuple[str, str]], hide: list[str], sockets: list[str]) -> bool:
+    """Everything PID 1 sets up before Landlock; returns whether a private /proc could be mounted
+    (everything else happens either way).
+
+    Raises:
+        OSError: a mount that must not be skipped failed (binds, configured hides).
+    """
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    try:
+        mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+        own_proc = True
+    except OSError:
+        own_proc = False  # e.g. a container with masked /proc: pids outside stay visible, nothing else
+    if pid_max and own_proc:
+        try:
+            fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(pid_max).encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # kernels before 6.14 have no per-namespace pid_max; the probe reports it
+    if netns:
+        _loopback_up()
+    for op, path in binds:
+        if not os.path.lexists(path):
+            continue
+        mount(path, path, None, _MS_BIND | _MS_REC)
+        if op == "protect":
+            # A remount must keep the flags the kernel locked on the original mount.
+            flags = os.statvfs(path).f_flag
+            keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
+            mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
+    for path in hide:
+        _cover(path)
+    for path in sockets:
+        try:
+            _cover(path, socket_only=True)
+        except OSError:
+            pass  # a listed socket may vanish meanwhile: one that cannot be covered is skipped
+    if binds or hide or sockets:
+        # The cwd still points into the mounts as they were before the binds: re-enter it by
+        # name, or relative paths would reach the protected files underneath.
+        os.chdir(os.getcwd())
+    return own_proc
+
+
+def _loopback_up() -> None:
+    """Bring `lo` up in a new network namespace; on any failure it stays down (still no network)."""
+    import fcntl
+
+    fd = landlock.libc_function("socket")(2, 2, 0)  # AF_INET, SOCK_DGRAM: any socket takes interface ioctls
+    if fd < 0:
+        return
+    try:
+        request = b"lo".ljust(16, b"\0")  # struct ifreq: the name, then a 24-byte union (flags first)
+        current = fcntl.ioctl(fd, _SIOCGIFFLAGS, request + bytes(24))
+        flags = int.from_bytes(current[16:18], sys.byteorder) | _IFF_UP
+        fcntl.ioctl(fd, _SIOCSIFFLAGS, request + flags.to_bytes(2, sys.byteorder) + bytes(22))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def host_sockets(writable: list[str], hidden: list[str]) -> list[str]:
+    """The bound pathname UNIX sockets of this network namespace outside `writable` and `hidden`.
+
+    Raises:
+        OSError: /proc/net/unix cannot be read.
+    """
+    with open("/proc/net/unix", "rb") as f:
+        lines = f.read().splitlines()[1:]
+    found: dict[str, None] = {}
+    for line in lines:
+        fields = line.split(None, 7)  # Num RefCount Protocol Flags Type St Inode Path
+        if len(fields) == 8 and fields[7].startswith(b"/"):  # abstract ones start with @
+            path = os.fsdecode(fields[7])
+            if not _under(path, writable) and not _under(path, hidden):
+                found[path] = None
+    return list(found)
+
+
+def _cover(path: str, *, socket_only: bool = False) -> None:
+    """Cover `path`; a missing path is skipped, and with `socket_only` anything no longer a socket."""
+    try:
+        mode = os.lstat(path).st_mode & _S_IFMT
+        if mode == _S_IFLNK:
+            mode = os.stat(path).st_mode & _S_IFMT  # a link (/var/run): cover what it leads to
+    except OSError:
+        return
+    if socket_only and mode != _S_IFSOCK:
+        return
+    if mode == _S_IFDIR:
+        mount("tmpfs", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0,size=4k")
+    else:
+        mount("/dev/null", path, None, _MS_BIND)
