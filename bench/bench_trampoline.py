@@ -4,8 +4,9 @@ Usage: python bench/bench_trampoline.py [--runs 200]
 
 Each row spawns the argv from `bash_launch` exactly as the bash tool does (new session, stdin
 /dev/null, stdout piped) and waits for it. `bare bash` is the floor: bash without the trampoline.
-`rwx` adds the trampoline (rlimits, user+PID+mount namespaces); `sandbox` adds Landlock and
-the TCP deny on top. Prints a markdown table; numbers are from one run on one machine.
+`rwx` adds the trampoline (rlimits, user+PID+mount namespaces); `sandbox` adds Landlock, its
+own network namespace and the covers over secrets and host sockets on top. Prints a markdown
+table; numbers are from one run on one machine.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main(runs: int) -> None:
         rows = {
             "bare bash": _run(("/bin/bash", "--noprofile", "--norc", "-c", "true"), sandbox.env, sandbox.cwd, runs),
             "rwx (trampoline, namespaces)": _run(rwx.argv, rwx.env, rwx.cwd, runs),
-            "sandbox (+ Landlock, TCP deny)": _run(sandbox.argv, sandbox.env, sandbox.cwd, runs),
+            "sandbox (+ Landlock, network namespace, covers)": _run(sandbox.argv, sandbox.env, sandbox.cwd, runs),
         }
         info = describe_sandbox(policy)
     floor = statistics.median(rows["bare bash"]) * 1000

@@ -1,4 +1,4 @@
-"""servers.toml: pydantic models, lookup order and `${VAR}` / `${VAR:-default}` expansion.
+"""servers.toml: pydantic models, lookup order and loading (the `${VAR}` expansion is in `envvars.py`).
 
 Validation is strict (unknown keys are errors; a close known key or table is suggested) and reports
 every structural problem at once: one `ConfigError` whose `problems` are one line each, naming the
@@ -8,7 +8,7 @@ configuration. Lookup: `--config`, `$OMEGA_CONFIG`, `./servers.toml`, `$OMEGA_HO
 no file at all is a valid, built-ins-only configuration.
 
 Every string of an enabled `[servers.NAME]` is expanded before validation (a disabled one is left
-as written). `${OMEGA_PYTHON}` is the interpreter running omega (`sys.executable`) unless the
+as written; see `envvars.py`). `${OMEGA_PYTHON}` is the interpreter running omega (`sys.executable`) unless the
 environment sets it: `command = "${OMEGA_PYTHON}"`, `args = ["-m", "mcp_server_time"]` runs a
 server installed next to omega, no wrapper script. A broken server stays a broken server: an unset
 `${VAR}` without default fails only its server (`Config.server_problem` names the variable and
@@ -23,11 +23,10 @@ import difflib
 import json
 import os
 import re
-import sys
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -40,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from omega_mcp.envvars import expand_entry, has_reference
 from omega_mcp.errors import ConfigError
 from omega_mcp.narrow import as_object, object_or_none
 from omega_mcp.sandbox.hidden import HideConfig
@@ -50,11 +50,9 @@ __all__ = [
     "OnDenied",
     "SandboxConfig",
     "ServerConfig",
-    "expand_vars",
     "find_config_path",
     "load_config",
     "omega_home",
-    "unset_variables",
 ]
 
 SandboxMode = Literal["sandbox", "rx", "rwx"]
@@ -62,8 +60,6 @@ OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_OMEGA_PYTHON = "OMEGA_PYTHON"
 """The one variable omega always defines: the interpreter running omega, unless the environment sets it."""
 
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
@@ -293,58 +289,6 @@ def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, s
     return None
 
 
-def _substitute(value: str, environ: Mapping[str, str], unset: Callable[[str], None]) -> str:
-    """`value` with every reference expanded; an unset one without default is left as written and passed to `unset`."""
-
-    def sub(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        found = environ.get(name)
-        if name == _OMEGA_PYTHON and not found:
-            found = sys.executable or found
-        if found is not None and (found != "" or default is None):
-            return found
-        if default is not None:
-            return default
-        unset(name)
-        return match.group(0)
-
-    return _VAR.sub(sub, value)
-
-
-def expand_vars(value: str, environ: Mapping[str, str], *, where: str) -> str:
-    """Expand `${VAR}` and `${VAR:-default}` (`${OMEGA_PYTHON}` is omega's interpreter unless set).
-
-    Raises:
-        ConfigError: a `${VAR}` without default names an unset variable.
-    """
-    missing: list[str] = []
-    expanded = _substitute(value, environ, missing.append)
-    if missing:
-        name = missing[0]
-        raise ConfigError(f"environment variable {name} is not set (use ${{{name}:-default}} for a default)", key=where)
-    return expanded
-
-
-def _expand_server(raw: object, environ: Mapping[str, str], where: str, missing: list[tuple[str, str]]) -> object:
-    """`raw` with every string expanded; each unset variable is appended to `missing` as (key, name)."""
-    if isinstance(raw, str):
-        return _substitute(raw, environ, lambda name: missing.append((where, name)))
-    if isinstance(raw, list):
-        items = cast(list[object], raw)
-        return [_expand_server(item, environ, f"{where}[{i}]", missing) for i, item in enumerate(items)]
-    if (table := object_or_none(raw)) is not None:
-        return {k: _expand_server(v, environ, f"{where}.{k}" if where else k, missing) for k, v in table.items()}
-    return raw
-
-
-def unset_variables(entry: object, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """The `${VAR}` references without default in a `[servers.NAME]` entry whose variable is unset, as
-    (key inside the entry, variable name) pairs in file order, e.g. `("env.BRAVE_API_KEY", "BRAVE_API_KEY")`."""
-    missing: list[tuple[str, str]] = []
-    _expand_server(entry, os.environ if environ is None else environ, "", missing)
-    return missing
-
-
 def _absolute(path: Path | None, base: Path) -> Path | None:
     if path is None:
         return None
@@ -424,12 +368,12 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
         if as_object(entry).get("enabled") is False:
             continue  # disabled: never expanded, so never broken by the environment
         missing: list[tuple[str, str]] = []
-        servers[name] = _expand_server(entry, env, f"servers.{name}", missing)
+        servers[name] = expand_entry(entry, env, f"servers.{name}", missing)
         if missing:
             names = ", ".join(f"{variable} ({key})" for key, variable in missing)
             problems[name] = f"unset environment variable{'s' if len(missing) > 1 else ''} {names}"
             unset.update(missing)
-            if isinstance(url := as_object(servers[name]).get("url"), str) and _VAR.search(url):
+            if isinstance(url := as_object(servers[name]).get("url"), str) and has_reference(url):
                 unresolved_urls.add(url)
     context = {_PROBLEMS: problems, _UNRESOLVED_URLS: frozenset(unresolved_urls)}
     try:

@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from tomlkit.exceptions import ParseError
 from tomlkit.items import InlineTable, Table
 
-from omega_mcp.config import ServerConfig, load_config, unset_variables
+from omega_mcp.config import ServerConfig, load_config
+from omega_mcp.envvars import unset_variables
 from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.recursion import launches_omega
 

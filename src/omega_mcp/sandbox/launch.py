@@ -12,6 +12,7 @@ a network namespace of its own (loopback only), or denies TCP with Landlock wher
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -76,11 +77,18 @@ class _Plan:
 
 
 def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    return path.is_relative_to(root)  # both absolute and normalised: a component comparison
 
 
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_own(path: Path) -> Path:
+    """`_real` of omega's own files and the hidden secrets, resolved once: bash cannot move them (they
+    are read-only or hidden for it), and bash calls would pay dozens of realpath() walks each."""
+    return _real(path)
 
 
 def _bash() -> str:
@@ -103,7 +111,7 @@ def _refusal(policy: SandboxPolicy, support: probe.Support, need: int) -> str:
 def _own_files(policy: SandboxPolicy) -> list[Path]:
     """What bash must never change: omega's home and config, and the code the server runs."""
     candidates = [policy.home, policy.config_path, *policy.own_code]
-    return [p for p in dict.fromkeys(_real(c) for c in candidates if c is not None) if p.exists()]
+    return [p for p in dict.fromkeys(_real_own(c) for c in candidates if c is not None) if p.exists()]
 
 
 def _protection(
@@ -199,12 +207,13 @@ def _hiding(policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str])
     for path in policy.hidden_paths:
         if not os.path.lexists(path):
             continue
-        if any(_within(r, _real(path)) for r in real_roots):
+        if any(_within(r, _real_own(path)) for r in real_roots):
             warnings.append(f"{path} is not hidden from bash: it holds a write root")
             continue
         found.append(path)
     for place in map(Path, _SOCKET_PLACES):
-        if os.path.lexists(place) and not any(_within(_real(place), r) or _within(r, _real(place)) for r in real_roots):
+        real = _real_own(place)
+        if os.path.lexists(place) and not any(_within(real, r) or _within(r, real) for r in real_roots):
             found.append(place)
     return tuple(dict.fromkeys(found))
 

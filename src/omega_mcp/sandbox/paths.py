@@ -18,6 +18,7 @@ All functions here block: call them from a worker thread.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from collections.abc import Generator
@@ -75,8 +76,13 @@ def resolve_path(policy: SandboxPolicy, file_path: str) -> Path:
     return Path(normal)
 
 
+@functools.lru_cache(maxsize=4096)
 def _aliases(path: Path) -> tuple[Path, ...]:
-    """The lexical and the real spelling of a trusted path (config file, root), for component comparison."""
+    """The lexical and the real spelling of a trusted path (config file, root), for component comparison.
+
+    Computed once per path for the process, like the pinned roots: these are omega's own files and the
+    user's secrets, not places a tool may move, and every read or write compares against them.
+    """
     return tuple(dict.fromkeys((Path(os.path.normpath(path)), Path(os.path.realpath(path)))))
 
 
