@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from omega_mcp.config import load_config
@@ -163,3 +164,13 @@ async def test_tools_no_client_could_use_are_skipped_and_the_rest_are_exported(
     assert any("'broken'" in w and "inputSchema" in w for w in warnings)
     assert any("'schemaless'" in w and "inputSchema" in w for w in warnings)
     assert any("twice" in w and "'echo'" in w for w in warnings)
+
+
+async def test_initialize_is_bounded_by_the_servers_request_timeout():
+    spec = DownstreamSpec("hang", stdio_fixture("--hang-init"), timeout_seconds=0.5, connect_timeout_seconds=60)
+    async with Downstreams([spec], one_shot=True) as downstreams:
+        with anyio.fail_after(20):  # far below connect_timeout: the 0.5 s request timeout must end it
+            await downstreams.wait_ready()
+        (status,) = downstreams.statuses()
+    assert status.state == "failed"
+    assert status.reason == "no answer to initialize within timeout (0.5 s)"
