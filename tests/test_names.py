@@ -72,3 +72,38 @@ def test_suggestions_name_the_closest_tools():
     assert ns.suggest("baash")[0] == "bash"
     assert "mcp__time__get_current_time" in ns.suggest("mcp__time__get_curent_time")
     assert "mcp__time__convert_time" in ns.suggest("convert_time")
+
+
+LONG_SERVER = "my-very-long-server-name"
+LONG_TOOL = "get_repository_pull_request_review_comments_for_thread"
+
+
+def test_names_fit_64_characters_together_with_the_clients_own_prefix() -> None:
+    from omega_mcp.names import MAX_NAME_LENGTH, Namespace, Naming, Route
+
+    naming = Naming(client_prefix="mcp__omega__")
+    space = Namespace([], [(LONG_SERVER, LONG_TOOL), ("time", "get_current_time")], naming)
+    long_name = space.name_of(Route(LONG_SERVER, LONG_TOOL))
+    assert len("mcp__omega__" + long_name) <= MAX_NAME_LENGTH
+    assert long_name.startswith(f"mcp__{LONG_SERVER}__get_")
+    assert space.name_of(Route("time", "get_current_time")) == "mcp__time__get_current_time"  # fits: unchanged
+    again = Namespace([], [(LONG_SERVER, LONG_TOOL)], naming)
+    assert again.name_of(Route(LONG_SERVER, LONG_TOOL)) == long_name  # stable across restarts
+
+
+def test_short_names_drop_the_mcp_prefix_and_the_full_name_is_still_accepted() -> None:
+    from omega_mcp.names import Namespace, Naming, Route
+
+    space = Namespace(["bash"], [("time", "get_current_time")], Naming("mcp__omega__", "short"))
+    assert space.name_of(Route("time", "get_current_time")) == "time__get_current_time"
+    assert space.resolve("mcp__time__get_current_time") == Route("time", "get_current_time")
+    assert space.resolve("bash") == Route(None, "bash")
+
+
+def test_names_that_collide_once_shortened_stay_unique() -> None:
+    from omega_mcp.names import Namespace, Naming, Route
+
+    tools = [(LONG_SERVER, LONG_TOOL + "_a"), (LONG_SERVER, LONG_TOOL + "_b")]
+    space = Namespace([], tools, Naming("mcp__omega__"))
+    names = {space.name_of(Route(s, t)) for s, t in tools}
+    assert len(names) == 2 and all(len("mcp__omega__" + n) <= 64 for n in names)

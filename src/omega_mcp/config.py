@@ -47,6 +47,7 @@ from omega_mcp.sandbox.hidden import HideConfig
 __all__ = [
     "AgentConfig",
     "Config",
+    "HubConfig",
     "OnDenied",
     "SandboxConfig",
     "ServerConfig",
@@ -233,10 +234,18 @@ class AgentConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
 
 
+class HubConfig(_Strict):
+    """`[hub]`: how the MCP server names downstream tools for its client (see `names.Naming`)."""
+
+    client_prefix: str = Field(default="", max_length=40, pattern=r"^[A-Za-z0-9_-]*$")
+    names: Literal["full", "short"] = "full"
+
+
 class Config(_Strict):
     """The whole file, plus where it came from and the resolved data directory."""
 
     sandbox: SandboxConfig = SandboxConfig()
+    hub: HubConfig = HubConfig()
     servers: dict[str, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
     agent: AgentConfig = AgentConfig()
     path: Path | None = Field(default=None, exclude=True)
@@ -296,7 +305,12 @@ def _absolute(path: Path | None, base: Path) -> Path | None:
     return Path(os.path.abspath(base / expanded))
 
 
-_TABLES: dict[str, type[BaseModel]] = {"sandbox": SandboxConfig, "servers": ServerConfig, "agent": AgentConfig}
+_TABLES: dict[str, type[BaseModel]] = {
+    "sandbox": SandboxConfig,
+    "servers": ServerConfig,
+    "hub": HubConfig,
+    "agent": AgentConfig,
+}
 
 
 def _header(table: str, value: object) -> str:
@@ -313,7 +327,7 @@ def _unknown(loc: tuple[int | str, ...], value: object) -> str:
             if kind == "key" and key in model.model_fields:
                 return f"unknown key; `{key}` belongs in {_header(table, None)}"
         close = difflib.get_close_matches(key, list(_TABLES), n=1)
-        known = "the known tables are [sandbox], [servers.NAME] and [agent]"
+        known = "the known tables are [sandbox], [servers.NAME], [hub] and [agent]"
         return f"unknown {kind}; {f'did you mean {_header(close[0], value)}?' if close else known}"
     model = _TABLES.get(str(loc[0])) if len(loc) == (3 if loc[0] == "servers" else 2) else None
     if model is None:

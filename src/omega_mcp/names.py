@@ -14,10 +14,12 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
     "MAX_NAME_LENGTH",
     "Namespace",
+    "Naming",
     "Route",
     "exported_name",
     "fit_name",
@@ -31,6 +33,30 @@ __all__ = [
 MAX_NAME_LENGTH = 64
 _HASH_LENGTH = 8
 _INVALID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """How downstream tools are named for one client.
+
+    `client_prefix` is what the client puts before every name it shows the model (Claude Code:
+    `mcp__omega__`): names are shortened so that prefix + name fits `MAX_NAME_LENGTH`. `style`
+    `"short"` exports `<server>__<tool>` (so Claude Code shows `mcp__omega__time__get_current_time`,
+    as for a server registered directly); the full `mcp__<server>__<tool>` is always accepted too.
+    """
+
+    client_prefix: str = ""
+    style: Literal["full", "short"] = "full"
+
+    @property
+    def budget(self) -> int:
+        return MAX_NAME_LENGTH - len(self.client_prefix)
+
+    def prefix(self, server_name: str) -> str:
+        return tool_prefix(server_name) if self.style == "full" else f"{normalize(server_name)}__"
+
+
+FULL = Naming()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +92,9 @@ def tool_prefix(server_name: str) -> str:
     return f"mcp__{normalize(server_name)}__"
 
 
-def exported_name(server_name: str, tool_name: str) -> str:
+def exported_name(server_name: str, tool_name: str, naming: Naming = FULL) -> str:
     """The exported name of a downstream tool before collision handling."""
-    return fit_name(tool_prefix(server_name) + normalize(tool_name))
+    return fit_name(naming.prefix(server_name) + normalize(tool_name), naming.budget)
 
 
 def _alias_prefixes(server_name: str) -> tuple[str, str]:
@@ -97,7 +123,7 @@ class Namespace:
     Built-ins come first (matched case-insensitively), then downstream tools in the order given.
     """
 
-    def __init__(self, builtins: Iterable[str], downstream: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, builtins: Iterable[str], downstream: Iterable[tuple[str, str]], naming: Naming = FULL) -> None:
         self._by_name: dict[str, Route] = {}
         self._by_route: dict[Route, str] = {}
         self._aliases: dict[str, Route] = {}
@@ -109,12 +135,15 @@ class Namespace:
             route = Route(server_name, tool_name)
             if route in self._by_route:
                 continue  # a server listing one tool twice: first wins
-            name = exported_name(server_name, tool_name)
+            name = exported_name(server_name, tool_name, naming)
             if name in self._by_name:
                 # Two raw names normalized alike (`a.b` and `a_b`): hash the raw identity, deterministic.
-                name = fit_name(name, key=f"{server_name}\0{tool_name}")
+                name = fit_name(name, naming.budget, key=f"{server_name}\0{tool_name}")
             self._add(name, route)
-            for alias in (prefix + tool_name for prefix in _alias_prefixes(server_name)):
+            aliases = [prefix + tool_name for prefix in _alias_prefixes(server_name)]
+            if naming != FULL:  # the full name is always accepted, whatever this client is shown
+                aliases.append(exported_name(server_name, tool_name))
+            for alias in aliases:
                 self._aliases.setdefault(alias, route)
 
     def _add(self, name: str, route: Route) -> None:

@@ -41,7 +41,7 @@ from omega_mcp.builtin.schemas import (
     WriteArgs,
 )
 from omega_mcp.errors import DownstreamError, InvalidArgumentsError, ToolError, UnknownToolError
-from omega_mcp.names import Namespace, Route
+from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox.approvals import Approver, Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -133,8 +133,12 @@ class Toolbox(AsyncContextManagerMixin):
     The downstream servers' lifetime is the caller's (enter the `proxy.supervisor.Downstreams` first).
     """
 
-    def __init__(self, policy: SandboxPolicy, downstreams: DownstreamTools | None = None) -> None:
+    def __init__(
+        self, policy: SandboxPolicy, downstreams: DownstreamTools | None = None, *, naming: Naming = FULL
+    ) -> None:
+        """`naming` shapes the exported downstream names for the client (`[hub]`); the agent keeps FULL."""
         self.policy = policy
+        self.naming = naming
         self.downstreams = downstreams
         self._builtins: dict[str, _Builtin] = {t.name: _Builtin(t, m) for t, m in BUILTIN_TOOLS}
         self._shells = _shells.ShellRegistry()
@@ -165,7 +169,7 @@ class Toolbox(AsyncContextManagerMixin):
         version = self.downstreams.version
         if version != self._namespace_version:
             routes = [(server_name, tool.name) for server_name, tool in self.downstreams.tools()]
-            self._namespace = Namespace(self._builtins, routes)
+            self._namespace = Namespace(self._builtins, routes, self.naming)
             self._namespace_version = version
         return self._namespace
 

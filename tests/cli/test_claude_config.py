@@ -42,7 +42,7 @@ def test_the_workspace_defaults_to_the_project_directory_and_omega_home_is_kept(
     project.mkdir()
     entry = _entry(_claude_config(project, env=_env(tmp_path)))
     assert entry["type"] == "stdio"
-    assert entry["args"][-3:] == ["serve", "--workspace", str(project)]
+    assert entry["args"][-5:] == ["serve", "--workspace", str(project), "--client-prefix", "mcp__omega__"]
     assert entry["env"] == {"OMEGA_HOME": str(tmp_path / "home")}
 
 
@@ -52,7 +52,7 @@ def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_pa
     config = project / "servers.toml"
     config.write_text('[sandbox]\nmode = "sandbox"\n')
     entry = _entry(_claude_config(project, "--workspace", "../elsewhere", "--mode", "rx", env=_env(tmp_path)))
-    assert entry["args"][-7:] == [
+    assert entry["args"][-9:] == [
         "serve",
         "--config",
         str(config),  # found as ./servers.toml, written absolute
@@ -60,6 +60,8 @@ def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_pa
         str(tmp_path / "elsewhere"),
         "--mode",
         "rx",
+        "--client-prefix",  # Claude Code's own prefix for the server named omega
+        "mcp__omega__",
     ]
 
 

@@ -159,7 +159,15 @@ def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
     proc = _omega(tmp_path, "claude-config", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)["mcpServers"]["omega"]
-    assert entry["args"][-5:] == ["serve", "--config", str(config), "--workspace", str(tmp_path)]
+    assert entry["args"][-7:] == [
+        "serve",
+        "--config",
+        str(config),
+        "--workspace",
+        str(tmp_path),
+        "--client-prefix",
+        "mcp__omega__",
+    ]
     http = json.loads(_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
     assert http["mcpServers"]["omega"]["type"] == "http"
     assert http["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765/mcp"

@@ -442,3 +442,27 @@ async def test_resources_keep_their_uris_and_the_first_server_in_config_order_wi
     assert shared.contents[0].text == "a has file:///shared"  # type: ignore[union-attr]
     assert only_b.contents[0].text == "b has file:///only-b"  # type: ignore[union-attr]
     assert by_template.contents[0].text == "b has note://7"  # type: ignore[union-attr]
+
+
+async def test_a_client_prefix_keeps_every_name_within_64_characters_and_the_long_tool_callable(
+    rwx_policy: SandboxPolicy,
+):
+    from omega_mcp.names import Naming
+    from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.server.server import build_server
+    from omega_mcp.toolbox import Toolbox
+
+    long_tool = "get_repository_pull_request_review_comments_for_thread"
+    server = downstream("long", [echo_tool(long_tool), echo_tool("echo")])
+    naming = Naming(client_prefix="mcp__omega__")
+    async with (
+        Downstreams([downstream_spec("my-very-long-server-name", server)]) as downstreams,
+        Toolbox(rwx_policy, downstreams, naming=naming) as toolbox,
+        client(build_server(toolbox, catalog=downstreams)) as c,
+    ):
+        names = [t.name for t in (await c.list_tools()).tools]
+        assert all(len("mcp__omega__" + name) <= 64 for name in names), names
+        (exported,) = [n for n in names if n.startswith("mcp__my-very-long-server-name__get_")]
+        result = await c.call_tool(exported, {"text": "hi"})
+        assert not result.is_error
+        assert result.content[0].text == f"{long_tool}:hi"  # type: ignore[union-attr]

@@ -147,7 +147,7 @@ def test_claude_config_warns_at_once_when_the_project_holds_omegas_config(tmp_pa
     done = _omega(project, home, "claude-config")
     assert done.returncode == 0
     entry = json.loads(done.stdout)["mcpServers"]["omega"]
-    assert entry["args"][-2:] == ["--workspace", str(project)]
+    assert entry["args"][-4:-2] == ["--workspace", str(project)]
     assert done.stderr.splitlines() == [
         f"omega-mcp: warning: --workspace: {project} contains omega's config {project / 'servers.toml'}, which a "
         "sandboxed command must never change: omega will refuse to start with this entry; move omega's files out "

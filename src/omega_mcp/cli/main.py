@@ -94,6 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP bind address (default: 127.0.0.1; any other address requires the bearer token)",
     )
     serve.add_argument("--port", type=int, default=8765, help="HTTP port (default: 8765)")
+    serve.add_argument(
+        "--client-prefix",
+        metavar="PREFIX",
+        help="what the client puts before each tool name (Claude Code: mcp__omega__); names are shortened so "
+        "prefix + name fits 64 characters (default: [hub] client_prefix, else none)",
+    )
+    serve.add_argument(
+        "--names",
+        choices=("full", "short"),
+        help="export downstream tools as mcp__<server>__<tool> (full) or <server>__<tool> (short); the full "
+        "name is always accepted (default: [hub] names, else full)",
+    )
 
     tools_help = "list the aggregated namespace with each server's status (exit 1 if an enabled server is down)"
     tools = sub.add_parser(

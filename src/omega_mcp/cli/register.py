@@ -92,6 +92,8 @@ def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
     cli_args += ["--workspace", os.path.abspath(os.path.expanduser(args.workspace or os.curdir))]
     if args.mode is not None:
         cli_args += ["--mode", args.mode]
+    # Claude Code shows the tools as mcp__omega__<name>: omega keeps that whole name within 64 characters.
+    cli_args += ["--client-prefix", "mcp__omega__"]
     env = {"OMEGA_HOME": str(config.home)} if os.environ.get("OMEGA_HOME") else {}
     return {"type": "stdio", "command": command, "args": cli_args, "env": env}
 

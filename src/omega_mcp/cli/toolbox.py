@@ -11,17 +11,20 @@ One-shot commands look once and exit, so their servers never announce a retry (`
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omega_mcp.cli.common import UsageError
 from omega_mcp.cli.trust import policy_for
 from omega_mcp.config import Config
 from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.spawn import EarlyStarts
 
 if TYPE_CHECKING:
+    from omega_mcp.names import Naming
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
@@ -70,6 +73,20 @@ def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace)
         raise ConfigError(f"cannot create the workspace {workspace}: {exc.strerror or exc}", **where) from None
 
 
+def _naming(config: Config, args: argparse.Namespace) -> Naming:
+    """How `serve` names downstream tools for its client: flags over `[hub]`; other commands keep full names."""
+    from omega_mcp.names import FULL, Naming
+
+    if args.command != "serve":
+        return FULL  # the agent loop and the CLI see the full mcp__<server>__<tool> names
+    prefix = args.client_prefix if args.client_prefix is not None else config.hub.client_prefix
+    if not re.fullmatch(r"[A-Za-z0-9_-]{0,40}", prefix):
+        raise UsageError(
+            f"--client-prefix: {prefix!r} is not a tool-name prefix (letters, digits, '_' and '-', at most 40)"
+        )
+    return Naming(client_prefix=prefix, style=args.names or config.hub.names)
+
+
 @asynccontextmanager
 async def open_toolbox(
     config: Config, args: argparse.Namespace, early: EarlyStarts | None = None, *, with_servers: bool = True
@@ -94,5 +111,6 @@ async def open_toolbox(
         downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait, early=early, one_shot=one_shot)
     else:
         downstreams = Downstreams([])
-    async with downstreams, Toolbox(policy, downstreams if with_servers and config.servers else None) as toolbox:
+    toolbox = Toolbox(policy, downstreams if with_servers and config.servers else None, naming=_naming(config, args))
+    async with downstreams, toolbox:
         yield toolbox, downstreams
