@@ -42,7 +42,7 @@ from pydantic import (
 from omega_mcp.envvars import expand_entry, has_reference
 from omega_mcp.errors import ConfigError
 from omega_mcp.narrow import as_object, object_or_none
-from omega_mcp.sandbox.hidden import HideConfig
+from omega_mcp.sandbox.hidden import DEFAULT_HIDDEN, is_default_hidden
 
 __all__ = [
     "AgentConfig",
@@ -61,7 +61,6 @@ OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-"""The one variable omega always defines: the interpreter running omega, unless the environment sets it."""
 
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
 _PROBLEMS = "omega_server_problems"
@@ -74,6 +73,8 @@ _LISTS = {
     "exclude_tools": ("globs", ["delete_*"]),
     "write_roots": ("directories", ["/tmp/scratch"]),
     "env_passthrough": ("variable names", ["GITHUB_TOKEN"]),
+    "hide": ("paths", ["~/secret-dir"]),
+    "unhide": ("paths", ["~/.ssh"]),
 }
 
 
@@ -123,7 +124,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SandboxConfig(_Strict, HideConfig):
+class SandboxConfig(_Strict):
     """`[sandbox]`: where tools may write and how bash is confined."""
 
     mode: SandboxMode = "sandbox"
@@ -138,18 +139,33 @@ class SandboxConfig(_Strict, HideConfig):
     max_file_size_mb: int | None = Field(default=None, gt=0, le=_MAX_MIB)
     max_open_files: int | None = Field(default=None, gt=0, le=2**30)  # above the kernel's nr_open maximum
     memory_mb: int | None = Field(default=None, gt=0, le=_MAX_MIB)
+    hide: tuple[Path, ...] = ()
+    """More paths neither bash nor `read` may see (sandbox and rx modes; `sandbox/hidden.py`)."""
+    unhide: tuple[Path, ...] = ()
+    """Entries of `hidden.DEFAULT_HIDDEN` to show after all."""
 
     @field_validator("workspace", mode="before")
     @classmethod
     def _workspace_path(cls, value: Any) -> Any:
         return None if value is None else _check_path(value)
 
-    @field_validator("write_roots", mode="before")
+    @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
-    def _write_root_paths(cls, value: Any, info: ValidationInfo) -> Any:
+    def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
         return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
 
     _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
+
+    @field_validator("unhide")
+    @classmethod
+    def _only_defaults(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        for item in value:
+            if not is_default_hidden(item):
+                raise ValueError(
+                    f"{str(item)!r} is not hidden by default, so it cannot be unhidden; the defaults are "
+                    f"{', '.join(DEFAULT_HIDDEN)} (remove a path you added from `hide` instead)"
+                )
+        return value
 
 
 class ServerConfig(_Strict):

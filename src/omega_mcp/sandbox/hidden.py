@@ -1,21 +1,18 @@
 """Secrets hidden from bash and `read` in sandbox and rx modes: the defaults and `[sandbox] hide/unhide`.
 
-`HideConfig` is the `[sandbox]` half that `config.SandboxConfig` inherits (`hide`, `unhide`);
-`effective_hidden` turns it into the policy's list (`SandboxPolicy.hidden`), with `~` the home of
+`config.SandboxConfig` reads `hide` and `unhide` like its other path lists; `effective_hidden`
+turns them into the policy's list (`SandboxPolicy.hidden`), with `~` the home of
 the user running omega and relative paths against the config file's directory. Pure data and path
 arithmetic: `launch` covers these paths in bash's mount namespace, `paths` refuses reads of them.
 """
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ValidationInfo, field_validator
-
-__all__ = ["DEFAULT_HIDDEN", "HideConfig", "default_hidden", "effective_hidden", "unhide_hint"]
+__all__ = ["DEFAULT_HIDDEN", "default_hidden", "effective_hidden", "is_default_hidden", "unhide_hint"]
 
 DEFAULT_HIDDEN: tuple[str, ...] = (
     "~/.ssh",
@@ -33,8 +30,6 @@ DEFAULT_HIDDEN: tuple[str, ...] = (
 )
 """Hidden unless `[sandbox] unhide` names them; omega's token and state are hidden on top, always."""
 
-_EXAMPLE = {"hide": '["~/secret-dir"]', "unhide": '["~/.ssh"]'}
-
 
 def _expand(path: str | Path, base: Path | None = None) -> Path:
     expanded = os.path.expanduser(str(path))
@@ -46,42 +41,18 @@ def default_hidden() -> tuple[Path, ...]:
     return tuple(_expand(p) for p in DEFAULT_HIDDEN)
 
 
-class HideConfig(BaseModel):
-    """`[sandbox] hide = [...]` adds paths to hide; `unhide = [...]` removes entries of `DEFAULT_HIDDEN`."""
-
-    hide: tuple[Path, ...] = ()
-    unhide: tuple[Path, ...] = ()
-
-    @field_validator("hide", "unhide", mode="before")
-    @classmethod
-    def _paths(cls, value: Any, info: ValidationInfo) -> Any:
-        key = info.field_name or "hide"
-        if not isinstance(value, list | tuple):
-            example = json.dumps([value]) if isinstance(value, str) and value.strip() else _EXAMPLE[key]
-            raise ValueError(f"expected a list of paths, e.g. {key} = {example}")
-        items: list[str] = []
-        for item in value:  # pyright: ignore[reportUnknownVariableType]
-            if not isinstance(item, str) or not item.strip() or "\0" in item:
-                raise ValueError(f"each entry must be a non-empty path without NUL, got {item!r}")
-            items.append(item)
-        if key == "unhide":
-            defaults = default_hidden()
-            for item in items:
-                if _expand(item) not in defaults:
-                    raise ValueError(
-                        f"{item!r} is not hidden by default, so it cannot be unhidden; the defaults are "
-                        f"{', '.join(DEFAULT_HIDDEN)} (remove a path you added from `hide` instead)"
-                    )
-        return tuple(items)
+def is_default_hidden(path: str | Path) -> bool:
+    """Whether `path` (as written in `[sandbox] unhide`) is one of `DEFAULT_HIDDEN`."""
+    return _expand(path) in default_hidden()
 
 
-def effective_hidden(config: HideConfig, base: Path | None = None) -> tuple[Path, ...]:
+def effective_hidden(hide: Sequence[Path], unhide: Sequence[Path], base: Path | None = None) -> tuple[Path, ...]:
     """The defaults minus `unhide`, plus `hide`; relative entries resolve against `base` (the config
     file's directory; the current directory without one)."""
     where = base if base is not None else Path.cwd()
-    removed = {_expand(p) for p in config.unhide}
+    removed = {_expand(p) for p in unhide}
     kept = [p for p in default_hidden() if p not in removed]
-    return tuple(dict.fromkeys((*kept, *(_expand(p, where) for p in config.hide))))
+    return tuple(dict.fromkeys((*kept, *(_expand(p, where) for p in hide))))
 
 
 def unhide_hint(path: Path) -> str:

@@ -99,7 +99,7 @@ class SandboxPolicy:
             max_open_files=sb.max_open_files,
             memory_mb=sb.memory_mb,
             config_candidates=(Path.cwd().absolute() / "servers.toml",),
-            hidden=effective_hidden(sb, config.path.parent if config.path else None),
+            hidden=effective_hidden(sb.hide, sb.unhide, config.path.parent if config.path else None),
         )
 
     @property
