@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -15,35 +14,11 @@ import mcp
 import pytest
 from mcp import StdioServerParameters
 
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMEGA_HOME"] = str(tmp_path / "home")
-    env.pop("OMEGA_CONFIG", None)
-    return env
-
-
-def _config(tmp_path: Path, extra: str = "") -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    path = tmp_path / "servers.toml"
-    path.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{extra}')
-    return path
-
-
-def _omega(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "omega_mcp", *args],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        cwd=cwd or tmp_path,
-        timeout=60,
-    )
+from cli_support import cli_env, run_omega, rwx_config
 
 
 async def test_serve_over_stdio_answers_a_real_client(tmp_path: Path):
-    config = _config(tmp_path)
+    config = rwx_config(tmp_path)
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "omega_mcp", "serve", "--config", str(config)],
@@ -62,7 +37,7 @@ async def test_serve_over_stdio_answers_a_real_client(tmp_path: Path):
 
 
 async def test_serve_over_stdio_answers_a_modern_client(tmp_path: Path):
-    config = _config(tmp_path)
+    config = rwx_config(tmp_path)
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "omega_mcp", "serve", "--config", str(config)],
@@ -75,13 +50,13 @@ async def test_serve_over_stdio_answers_a_modern_client(tmp_path: Path):
 
 
 def test_serve_keeps_stdout_for_the_protocol(tmp_path: Path):
-    config = _config(tmp_path)
+    config = rwx_config(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "omega_mcp", "serve", "--config", str(config)],
         input="",
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         timeout=60,
     )
     assert proc.stdout == ""
@@ -89,14 +64,14 @@ def test_serve_keeps_stdout_for_the_protocol(tmp_path: Path):
 
 
 def test_tools_lists_the_builtins(tmp_path: Path):
-    proc = _omega(tmp_path, "tools", "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "tools", "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     for name in ("bash", "read", "write", "edit", "bash_output", "kill_shell"):
         assert name in proc.stdout
 
 
 def test_tools_json_is_machine_readable(tmp_path: Path):
-    proc = _omega(tmp_path, "tools", "--json", "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "tools", "--json", "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
     assert [t["name"] for t in payload["tools"]][:4] == ["bash", "read", "write", "edit"]
@@ -104,26 +79,26 @@ def test_tools_json_is_machine_readable(tmp_path: Path):
 
 
 def test_call_prints_the_result_and_exits_zero(tmp_path: Path):
-    proc = _omega(tmp_path, "call", "bash", '{"command": "echo 42"}', "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "call", "bash", '{"command": "echo 42"}', "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "42"
 
 
 def test_call_exits_one_when_the_result_is_an_error(tmp_path: Path):
-    proc = _omega(tmp_path, "call", "bash", '{"command": "exit 3"}', "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "call", "bash", '{"command": "exit 3"}', "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 1
     assert "exit code 3" in proc.stdout
 
 
 def test_call_of_an_unknown_tool_exits_one_with_suggestions(tmp_path: Path):
-    proc = _omega(tmp_path, "call", "raed", '{"file_path": "x"}', "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "call", "raed", '{"file_path": "x"}', "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 1
     assert "Unknown tool" in proc.stderr and "read" in proc.stderr
 
 
 @pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
 def test_call_with_bad_json_is_a_usage_error(tmp_path: Path, bad: str):
-    proc = _omega(tmp_path, "call", "bash", bad, "--config", str(_config(tmp_path)))
+    proc = run_omega(tmp_path, "call", "bash", bad, "--config", str(rwx_config(tmp_path)))
     assert proc.returncode == 2
     assert "JSON_ARGS" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -132,7 +107,7 @@ def test_call_with_bad_json_is_a_usage_error(tmp_path: Path, bad: str):
 def test_a_config_error_exits_two_with_one_line_naming_file_and_key(tmp_path: Path):
     path = tmp_path / "servers.toml"
     path.write_text('[servers.bad]\ncommand = "x"\nurl = "http://127.0.0.1"\n')
-    proc = _omega(tmp_path, "tools", "--config", str(path))
+    proc = run_omega(tmp_path, "tools", "--config", str(path))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -140,23 +115,23 @@ def test_a_config_error_exits_two_with_one_line_naming_file_and_key(tmp_path: Pa
 
 
 def test_a_missing_config_file_exits_two(tmp_path: Path):
-    proc = _omega(tmp_path, "tools", "--config", str(tmp_path / "nope.toml"))
+    proc = run_omega(tmp_path, "tools", "--config", str(tmp_path / "nope.toml"))
     assert proc.returncode == 2
     assert "not found" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_flags_override_the_config_file(tmp_path: Path):
     other = tmp_path / "other-ws"
-    proc = _omega(
-        tmp_path, "call", "bash", '{"command": "pwd"}', "--config", str(_config(tmp_path)), "--workspace", str(other)
+    proc = run_omega(
+        tmp_path, "call", "bash", '{"command": "pwd"}', "--config", str(rwx_config(tmp_path)), "--workspace", str(other)
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(other)
 
 
 def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
-    config = _config(tmp_path)
-    proc = _omega(tmp_path, "claude-config", "--config", str(config))
+    config = rwx_config(tmp_path)
+    proc = run_omega(tmp_path, "claude-config", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)["mcpServers"]["omega"]
     assert entry["args"][-7:] == [
@@ -168,7 +143,7 @@ def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
         "--client-prefix",
         "mcp__omega__",
     ]
-    http = json.loads(_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
+    http = json.loads(run_omega(tmp_path, "claude-config", "--http", "http://127.0.0.1:8765/mcp").stdout)
     assert http["mcpServers"]["omega"]["type"] == "http"
     assert http["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765/mcp"
 
@@ -180,7 +155,7 @@ def test_serve_logs_the_effective_sandbox_once_on_stderr(tmp_path: Path):
         input="",
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         cwd=tmp_path,
         timeout=60,
     )
@@ -191,7 +166,7 @@ def test_serve_logs_the_effective_sandbox_once_on_stderr(tmp_path: Path):
 
 
 def test_tools_json_reports_the_sandbox(tmp_path: Path):
-    proc = _omega(tmp_path, "tools", "--json", "--workspace", str(tmp_path / "ws"), "--mode", "rx")
+    proc = run_omega(tmp_path, "tools", "--json", "--workspace", str(tmp_path / "ws"), "--mode", "rx")
     assert proc.returncode == 0, proc.stderr
     sandbox = json.loads(proc.stdout)["sandbox"]
     assert sandbox["mode"] == "rx"
@@ -200,7 +175,7 @@ def test_tools_json_reports_the_sandbox(tmp_path: Path):
 
 
 async def test_the_instructions_summarize_the_sandbox_and_the_servers(tmp_path: Path):
-    config = _config(tmp_path, '[servers.later]\ncommand = "true"\nenabled = false\n')
+    config = rwx_config(tmp_path, '[servers.later]\ncommand = "true"\nenabled = false\n')
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "omega_mcp", "serve", "--config", str(config)],
@@ -216,7 +191,7 @@ async def test_the_instructions_summarize_the_sandbox_and_the_servers(tmp_path: 
 def test_a_workspace_that_is_a_file_exits_two_naming_the_flag(tmp_path: Path):
     afile = tmp_path / "afile"
     afile.write_text("keep me")
-    proc = _omega(tmp_path, "call", "bash", '{"command": "pwd"}', "--workspace", str(afile))
+    proc = run_omega(tmp_path, "call", "bash", '{"command": "pwd"}', "--workspace", str(afile))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "--workspace" in proc.stderr and str(afile) in proc.stderr and "not a directory" in proc.stderr
@@ -232,7 +207,7 @@ def test_a_closed_stdin_or_stdout_is_a_clear_error_not_a_traceback(tmp_path: Pat
         ["bash", "-c", f'exec "$@" {redirect}', "_", sys.executable, "-m", "omega_mcp", *args],
         capture_output=True,  # the redirect in the exec closes the fd again
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         cwd=tmp_path,
         timeout=60,
     )
@@ -242,13 +217,13 @@ def test_a_closed_stdin_or_stdout_is_a_clear_error_not_a_traceback(tmp_path: Pat
 
 
 def test_call_of_a_background_shell_warns_that_it_ends_with_the_call(tmp_path: Path):
-    proc = _omega(
+    proc = run_omega(
         tmp_path,
         "call",
         "bash",
         '{"command": "sleep 30", "run_in_background": true}',
         "--config",
-        str(_config(tmp_path)),
+        str(rwx_config(tmp_path)),
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"shell_[0-9a-f]{12}", proc.stdout), proc.stdout
@@ -260,11 +235,11 @@ def test_a_signal_during_call_stops_the_command_and_exits_128_plus_signal(tmp_pa
     marker = tmp_path / "ws" / "started"
     command = '{"command": "touch started; exec sleep 60"}'
     proc = subprocess.Popen(
-        [sys.executable, "-m", "omega_mcp", "call", "bash", command, "--config", str(_config(tmp_path))],
+        [sys.executable, "-m", "omega_mcp", "call", "bash", command, "--config", str(rwx_config(tmp_path))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         cwd=tmp_path,
     )
     try:
@@ -291,6 +266,8 @@ def test_importing_the_command_installs_no_handler_and_loads_no_sdk(tmp_path: Pa
         "heavy = ('mcp.', 'omega_mcp.toolbox', 'omega_mcp.server', 'omega_mcp.agent', 'omega_mcp.proxy.supervisor')\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(heavy)))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(tmp_path), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(tmp_path), timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

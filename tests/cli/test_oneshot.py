@@ -8,7 +8,6 @@ the fixture server writes its pid file as soon as it starts, so the file tells.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,71 +18,46 @@ from typing import Any, ClassVar
 
 import pytest
 
+from cli_support import cli_env, run_omega, rwx_config
 from omega_mcp.builtin.schemas import BUILTIN_TOOLS
 from omega_mcp.cli.toolbox import BUILTIN_TOOL_NAMES
 from proxy_support import ECHO_SERVER
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMEGA_HOME"] = str(tmp_path / "home")
-    env.pop("OMEGA_CONFIG", None)
-    return env
-
-
-def _config(tmp_path: Path, servers: str = "") -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    path = tmp_path / "servers.toml"
-    path.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{servers}')
-    return path
-
-
 def _echo_config(tmp_path: Path) -> tuple[Path, Path]:
     pid_file = tmp_path / "echo.pid"
     servers = f'[servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}", "--pid-file", "{pid_file}"]\n'
-    return _config(tmp_path, servers), pid_file
-
-
-def _omega(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "omega_mcp", *args],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        cwd=cwd or tmp_path,
-        timeout=60,
-    )
+    return rwx_config(tmp_path, servers), pid_file
 
 
 # -- tools -------------------------------------------------------------------------------------
 
 
 def test_tools_names_the_config_file_it_used_on_its_first_line(tmp_path: Path):
-    config = _config(tmp_path)
-    proc = _omega(tmp_path, "tools", "--config", str(config))
+    config = rwx_config(tmp_path)
+    proc = run_omega(tmp_path, "tools", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == f"config: {config}"
-    assert json.loads(_omega(tmp_path, "tools", "--json", "--config", str(config)).stdout)["config"] == str(config)
+    assert json.loads(run_omega(tmp_path, "tools", "--json", "--config", str(config)).stdout)["config"] == str(config)
 
 
 def test_tools_without_a_config_file_says_so(tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    proc = _omega(tmp_path, "tools", cwd=empty)
+    proc = run_omega(tmp_path, "tools", cwd=empty)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "config: none (built-in tools only)"
-    assert json.loads(_omega(tmp_path, "tools", "--json", cwd=empty).stdout)["config"] is None
+    assert json.loads(run_omega(tmp_path, "tools", "--json", cwd=empty).stdout)["config"] is None
 
 
 def test_tools_exits_one_for_a_server_that_did_not_connect_and_announces_no_retry(tmp_path: Path):
-    config = _config(tmp_path, '[servers.broken]\ncommand = "/nonexistent/mcp-server"\n')
-    proc = _omega(tmp_path, "tools", "--config", str(config))
+    config = rwx_config(tmp_path, '[servers.broken]\ncommand = "/nonexistent/mcp-server"\n')
+    proc = run_omega(tmp_path, "tools", "--config", str(config))
     assert proc.returncode == 1
     assert "broken: failed: cannot start '/nonexistent/mcp-server'" in proc.stdout
     assert "retrying" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    as_json = _omega(tmp_path, "tools", "--json", "--config", str(config))
+    as_json = run_omega(tmp_path, "tools", "--json", "--config", str(config))
     assert as_json.returncode == 1
     broken = json.loads(as_json.stdout)["servers"]["broken"]
     assert broken["state"] == "failed" and "retry_in_seconds" not in broken
@@ -93,7 +67,7 @@ def test_tools_exits_zero_when_every_enabled_server_connected(tmp_path: Path):
     config, pid_file = _echo_config(tmp_path)
     with config.open("a") as f:
         f.write('[servers.off]\ncommand = "/nonexistent/never-started"\nenabled = false\n')
-    proc = _omega(tmp_path, "tools", "--config", str(config))
+    proc = run_omega(tmp_path, "tools", "--config", str(config))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "echo: connected" in proc.stdout and "off: disabled" in proc.stdout
     assert pid_file.exists()  # the control for the tests below: listing does start the server
@@ -116,7 +90,7 @@ def test_the_builtin_tool_names_known_without_the_sdk_are_the_builtins():
 @pytest.mark.parametrize("tool", ["bash", "BASH", "Bash"])
 def test_call_of_a_builtin_starts_no_downstream_server(tmp_path: Path, tool: str):
     config, pid_file = _echo_config(tmp_path)
-    proc = _omega(tmp_path, "call", tool, '{"command": "echo 42"}', "--config", str(config))
+    proc = run_omega(tmp_path, "call", tool, '{"command": "echo 42"}', "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "42"
     assert not pid_file.exists()
@@ -124,7 +98,7 @@ def test_call_of_a_builtin_starts_no_downstream_server(tmp_path: Path, tool: str
 
 def test_call_of_a_downstream_tool_still_starts_its_server(tmp_path: Path):
     config, pid_file = _echo_config(tmp_path)
-    proc = _omega(tmp_path, "call", "mcp__echo__echo", '{"text": "hi"}', "--config", str(config))
+    proc = run_omega(tmp_path, "call", "mcp__echo__echo", '{"text": "hi"}', "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     assert pid_file.exists()
 
@@ -165,7 +139,7 @@ def test_agent_without_tools_starts_no_downstream_server(tmp_path: Path, ollama:
     url, bodies = ollama
     config, pid_file = _echo_config(tmp_path)
     args = ["agent", "Say hi", "--provider", "ollama", "--base-url", url, "--no-tools", "--config", str(config)]
-    proc = _omega(tmp_path, *args)
+    proc = run_omega(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "no tools needed"
     assert len(bodies) == 1 and not bodies[0].get("tools")
@@ -178,7 +152,7 @@ def test_a_reader_that_leaves_early_ends_tools_quietly(tmp_path: Path):
         ["bash", "-c", '"$@" | true; exit "${PIPESTATUS[0]}"', "_", sys.executable, "-m", "omega_mcp", "tools"],
         capture_output=True,
         text=True,
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         cwd=tmp_path,
         timeout=60,
     )
