@@ -15,6 +15,7 @@ boundary, never raised through the MCP server.
     ├── ProviderError          an LLM provider request failed (agent loop)
     │   ├── ProviderAuthError      authentication / permission / quota: never retried
     │   └── ProviderHTTPError      any other non-success answer after retries
+    │       └── ContextOverflowError   the request is longer than the model's context window
     └── AgentError             the agent loop could not finish (CLI exit 1)
         └── MaxTurnsExceededError  the model still wanted tools after `max_turns` requests
 """
@@ -27,6 +28,7 @@ from typing import cast
 __all__ = [
     "AgentError",
     "ConfigError",
+    "ContextOverflowError",
     "DownstreamError",
     "InvalidArgumentsError",
     "MaxTurnsExceededError",
@@ -131,6 +133,10 @@ class ProviderAuthError(ProviderError):
 
 class ProviderHTTPError(ProviderError):
     """Any other provider failure (after retries, where retries apply)."""
+
+
+class ContextOverflowError(ProviderHTTPError):
+    """The provider refused the request because the conversation exceeds the model's context window."""
 
 
 class AgentError(OmegaError):

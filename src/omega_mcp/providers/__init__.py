@@ -8,7 +8,7 @@ adapters are imported lazily so `import omega_mcp.providers` stays cheap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
@@ -30,12 +30,22 @@ class Provider(Protocol):
     def name(self) -> str: ...
 
     async def request(
-        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        model: str,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         """The next assistant turn. An empty `tools` means no tools are offered at all.
 
+        With `on_text`, the provider streams: each piece of answer text is passed to `on_text` as
+        it arrives, and the returned turn is exactly the one the non-streamed request would give.
+
         Raises:
             ProviderAuthError: authentication, permission or quota failure.
+            ContextOverflowError: the conversation is longer than the model's context window.
             ProviderHTTPError: any other failure, after retries.
         """
         ...

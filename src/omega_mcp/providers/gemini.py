@@ -69,7 +69,13 @@ class GeminiProvider(HttpProvider):
         return f"{self.base_url}/v1beta/models/{quote(model.removeprefix('models/'), safe='')}:generateContent"
 
     async def request(
-        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        model: str,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)

@@ -64,7 +64,13 @@ class OllamaProvider(HttpProvider):
         self._tools_wire: list[dict[str, Any]] = []
 
     async def request(
-        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        model: str,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)

@@ -74,7 +74,13 @@ class OpenAIProvider(HttpProvider):
         self._tools_wire: list[dict[str, Any]] = []
 
     async def request(
-        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        model: str,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:  # same tools object each turn: keep the JSON byte-stable
             self._tools_for, self._tools_wire = tools, wire_tools(tools)

@@ -52,17 +52,26 @@ class ScriptedProvider:
         self.requests: list[ScriptedRequest] = []
 
     async def request(
-        self, *, model: str, system: str | None, messages: Sequence[Message], tools: Sequence[ToolSpec]
+        self,
+        *,
+        model: str,
+        system: str | None,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelResponse:
         seen = ScriptedRequest(model, system, tuple(messages), tuple(tools))
         self.requests.append(seen)
         produced = self._script(seen)
         answer: Reply = await produced if inspect.isawaitable(produced) else produced  # pyright: ignore[reportGeneralTypeIssues]
-        if isinstance(answer, ModelResponse):
-            return answer
         if isinstance(answer, str):
             answer = reply(answer)
-        return ModelResponse(message=answer, usage=self._usage)
+        response = answer if isinstance(answer, ModelResponse) else ModelResponse(message=answer, usage=self._usage)
+        if on_text is not None:  # "streams" the answer text, as an HTTP provider would
+            for part in response.message.parts:
+                if isinstance(part, TextPart) and part.text:
+                    on_text(part.text)
+        return response
 
     async def aclose(self) -> None:
         return None

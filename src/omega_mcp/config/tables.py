@@ -1,47 +1,27 @@
-"""servers.toml: pydantic models, lookup order and loading (the `${VAR}` expansion is in `envvars.py`).
-
-Validation is strict (unknown keys are errors; a close known key or table is suggested) and reports
-every structural problem at once: one `ConfigError` whose `problems` are one line each, naming the
-file, the dotted key and what is wrong, so the CLI can exit 2 without a traceback. Paths are
-expanded (`~`) and made absolute here; nothing else in the package reads the environment for
-configuration. Lookup: `--config`, `$OMEGA_CONFIG`, `./servers.toml`, `$OMEGA_HOME/servers.toml`;
-no file at all is a valid, built-ins-only configuration.
-
-Every string of an enabled `[servers.NAME]` is expanded before validation (a disabled one is left
-as written; see `envvars.py`). `${OMEGA_PYTHON}` is the interpreter running omega (`sys.executable`) unless the
-environment sets it: `command = "${OMEGA_PYTHON}"`, `args = ["-m", "mcp_server_time"]` runs a
-server installed next to omega, no wrapper script. A broken server stays a broken server: an unset
-`${VAR}` without default fails only its server (`Config.server_problem` names the variable and
-key), which is validated with the `${VAR}` text left in place and kept in `Config.servers`, in
-order, for `omega-mcp tools` to list (a structural error in it is still a config error). The
-problems reach a private attribute through the validation context, so no TOML key can set one.
-"""
+"""The tables of servers.toml as pydantic models (loading and error wording are in `load.py`)."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
-    ValidationError,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from omega_mcp.envvars import expand_entry, has_reference
-from omega_mcp.errors import ConfigError
-from omega_mcp.narrow import as_object, object_or_none
+from omega_mcp.narrow import as_object
 from omega_mcp.sandbox.hidden import DEFAULT_HIDDEN, is_default_hidden
 
 __all__ = [
@@ -49,22 +29,24 @@ __all__ = [
     "Config",
     "HubConfig",
     "OnDenied",
+    "SamplingConfig",
     "SandboxConfig",
     "ServerConfig",
-    "find_config_path",
-    "load_config",
+    "ServerSandboxConfig",
     "omega_home",
 ]
 
 SandboxMode = Literal["sandbox", "rx", "rwx"]
+ServerConfinement = Literal["none", "confined"]
+ProviderName = Literal["openai", "anthropic", "ollama", "openrouter", "gemini"]
 OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
-_PROBLEMS = "omega_server_problems"
-_UNRESOLVED_URLS = "omega_unresolved_urls"
+PROBLEMS = "omega_server_problems"
+UNRESOLVED_URLS = "omega_unresolved_urls"
 
 # What each list key holds, and an example of one, for `_need_list`'s message.
 _LISTS = {
@@ -75,6 +57,8 @@ _LISTS = {
     "env_passthrough": ("variable names", ["GITHUB_TOKEN"]),
     "hide": ("paths", ["~/secret-dir"]),
     "unhide": ("paths", ["~/.ssh"]),
+    "scopes": ("scopes", ["read", "write"]),
+    "allow": ("server names", ["server-a"]),
 }
 
 
@@ -120,6 +104,16 @@ def omega_home(environ: Mapping[str, str] | None = None) -> Path:
     return Path(os.path.abspath(os.path.expanduser(raw)))
 
 
+def _unhide_defaults(value: tuple[Path, ...]) -> tuple[Path, ...]:
+    for item in value:
+        if not is_default_hidden(item):
+            raise ValueError(
+                f"{str(item)!r} is not hidden by default, so it cannot be unhidden; the defaults are "
+                f"{', '.join(DEFAULT_HIDDEN)} (remove a path you added from `hide` instead)"
+            )
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -133,6 +127,8 @@ class SandboxConfig(_Strict):
     bash_timeout: float = Field(default=120.0, gt=0, le=600, allow_inf_nan=False)
     require_os_sandbox: bool = True
     on_denied: OnDenied = "deny"
+    servers: ServerConfinement = "none"
+    """The default for `[servers.NAME] sandbox`: downstream servers unconfined, or each confined."""
     env_passthrough: tuple[str, ...] = ()
     """Environment variable names passed to bash even though they look like secrets."""
     max_processes: int | None = Field(default=None, gt=0, le=4_194_304)  # the kernel's PID_MAX_LIMIT
@@ -156,16 +152,45 @@ class SandboxConfig(_Strict):
 
     _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
 
-    @field_validator("unhide")
+    _only_defaults = field_validator("unhide")(_unhide_defaults)
+
+
+class ServerSandboxConfig(_Strict):
+    """`[servers.NAME] sandbox = {...}`: how one stdio server is confined (`sandbox/servers.py`).
+
+    The server may write its cwd (by default `$OMEGA_HOME/servers/NAME`), a private `/tmp`, the
+    caches its launcher needs and `write_roots`; with `read_only` nothing but its private `/tmp`.
+    It reaches the network only with `network`. `hide` and `unhide` extend `[sandbox]`'s lists.
+    """
+
+    network: bool = False
+    write_roots: tuple[Path, ...] = ()
+    hide: tuple[Path, ...] = ()
+    unhide: tuple[Path, ...] = ()
+    read_only: bool = False
+
+    @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
-    def _only_defaults(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
-        for item in value:
-            if not is_default_hidden(item):
-                raise ValueError(
-                    f"{str(item)!r} is not hidden by default, so it cannot be unhidden; the defaults are "
-                    f"{', '.join(DEFAULT_HIDDEN)} (remove a path you added from `hide` instead)"
-                )
-        return value
+    def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
+        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+
+    _only_defaults = field_validator("unhide")(_unhide_defaults)
+
+
+# Tags of the two forms of `sandbox`; `load._describe` drops them from error locations.
+TAG_TABLE = "{table}"
+TAG_NAME = "{name}"
+
+
+def _sandbox_form(value: Any) -> str:
+    return TAG_NAME if isinstance(value, str) else TAG_TABLE
+
+
+ServerSandbox = Annotated[
+    Annotated[ServerSandboxConfig, Tag(TAG_TABLE)] | Annotated[Literal["none", "default"], Tag(TAG_NAME)],
+    Discriminator(_sandbox_form),
+]
+"""`sandbox = "none"` (unconfined), `"default"` (confined, nothing declared) or a table."""
 
 
 class ServerConfig(_Strict):
@@ -182,13 +207,19 @@ class ServerConfig(_Strict):
     connect_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     tools: tuple[str, ...] | None = None
     exclude_tools: tuple[str, ...] = ()
+    sandbox: ServerSandbox | None = None
+    """How a stdio server is confined; None follows `[sandbox] servers`."""
+    auth: Literal["oauth"] | None = None
+    client_id: str | None = None
+    scopes: tuple[str, ...] = ()
+    client_metadata_url: str | None = None
 
     @field_validator("cwd", mode="before")
     @classmethod
     def _cwd_path(cls, value: Any) -> Any:
         return None if value is None else _check_path(value)
 
-    _lists = field_validator("args", "tools", "exclude_tools", mode="before")(_need_list)
+    _lists = field_validator("args", "tools", "exclude_tools", "scopes", mode="before")(_need_list)
 
     # What the OS or HTTP would refuse only when the server starts (as a traceback from deep inside
     # subprocess or httpx) is refused here, with the key named.
@@ -230,16 +261,27 @@ class ServerConfig(_Strict):
         if (self.command is None) == (self.url is None):
             raise ValueError("needs exactly one of `command` (stdio) or `url` (remote)")
         # `url = "${HUB_URL}"`, HUB_URL unset: the server is failed for that; its URL cannot be judged yet.
-        url, unresolved = self.url, as_object(info.context).get(_UNRESOLVED_URLS) or ()
+        url, unresolved = self.url, as_object(info.context).get(UNRESOLVED_URLS) or ()
         if url is not None and not url.startswith(("http://", "https://")) and url not in unresolved:
             raise ValueError(f"`url` must start with http:// or https://, got {url!r}")
+        remote_only = [key for key in ("auth", "client_id", "client_metadata_url") if getattr(self, key) is not None]
+        if self.url is None and (remote_only or self.scopes):
+            raise ValueError(f"`{(remote_only or ['scopes'])[0]}` is for remote servers (`url`), not `command`")
+        if self.url is not None and self.sandbox is not None:
+            raise ValueError("`sandbox` confines a stdio server (`command`); a remote server runs elsewhere")
         return self
+
+    def confinement(self, default: ServerConfinement) -> ServerSandboxConfig | None:
+        """How this server is confined under `[sandbox] servers = default`: None means not at all."""
+        if self.url is not None or self.sandbox == "none" or (self.sandbox is None and default == "none"):
+            return None
+        return self.sandbox if isinstance(self.sandbox, ServerSandboxConfig) else ServerSandboxConfig()
 
 
 class AgentConfig(_Strict):
     """`[agent]`: defaults for `omega-mcp agent`."""
 
-    provider: Literal["openai", "anthropic", "ollama", "openrouter", "gemini"] | None = None
+    provider: ProviderName | None = None
     model: str | None = None
     model_fast: str | None = None
     model_complex: str | None = None
@@ -248,6 +290,29 @@ class AgentConfig(_Strict):
     api_key_env: str | None = None
     anthropic_version: str | None = None
     max_tokens: int | None = Field(default=None, gt=0)
+    route: bool = False
+    """Classify each request on `model_fast` first, then run on the fast or the complex model."""
+    system_append: str | None = None
+    """Text added to the end of the default system prompt."""
+
+
+class SamplingConfig(_Strict):
+    """`[sampling]`: answer downstream servers' `sampling/createMessage` with omega's own provider."""
+
+    provider: ProviderName | None = None
+    model: str | None = None
+    model_fast: str | None = None
+    model_complex: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    mode: Literal["fallback", "always"] = "fallback"
+    """`fallback`: only when the client cannot sample; `always`: never ask the client."""
+    allow: tuple[str, ...] = ()
+    """The servers allowed to spend the user's tokens (none until configured)."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """A cap on what one request may ask for (its own `maxTokens` is honoured below this)."""
+
+    _allow_list = field_validator("allow", mode="before")(_need_list)
 
 
 class HubConfig(_Strict):
@@ -264,6 +329,7 @@ class Config(_Strict):
     hub: HubConfig = HubConfig()
     servers: dict[str, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
     agent: AgentConfig = AgentConfig()
+    sampling: SamplingConfig = SamplingConfig()
     path: Path | None = Field(default=None, exclude=True)
     home: Path = Field(default_factory=omega_home, exclude=True)
     _problems: dict[str, str] = PrivateAttr(default_factory=dict[str, str])
@@ -280,7 +346,7 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _server_problems(self, info: ValidationInfo) -> Config:
-        self._problems = dict(as_object(info.context).get(_PROBLEMS) or {})
+        self._problems = dict(as_object(info.context).get(PROBLEMS) or {})
         return self
 
     @property
@@ -291,133 +357,3 @@ class Config(_Strict):
     def server_problem(self, server_name: str) -> str | None:
         """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
         return self._problems.get(server_name)
-
-
-def find_config_path(explicit: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Path | None:
-    """The config file to use, by the lookup order, or None when there is none.
-
-    Raises:
-        ConfigError: an explicitly named file (flag or `$OMEGA_CONFIG`) does not exist.
-    """
-    env = os.environ if environ is None else environ
-    for named, origin in ((explicit, "--config"), (env.get("OMEGA_CONFIG") or None, "OMEGA_CONFIG")):
-        if named is not None:
-            path = Path(os.path.expanduser(str(named)))
-            if path.is_dir():
-                raise ConfigError(f"is a directory, not a config file (from {origin})", path=str(path))
-            if not path.is_file():
-                raise ConfigError(f"config file not found (from {origin})", path=str(path))
-            return path.absolute()
-    for candidate in (Path("servers.toml"), omega_home(env) / "servers.toml"):
-        if candidate.is_file():
-            return candidate.absolute()
-    return None
-
-
-def _absolute(path: Path | None, base: Path) -> Path | None:
-    if path is None:
-        return None
-    expanded = Path(os.path.expanduser(str(path)))
-    return Path(os.path.abspath(base / expanded))
-
-
-_TABLES: dict[str, type[BaseModel]] = {
-    "sandbox": SandboxConfig,
-    "servers": ServerConfig,
-    "hub": HubConfig,
-    "agent": AgentConfig,
-}
-
-
-def _header(table: str, value: object) -> str:
-    """How to write `table`: `[servers.x]` for the user's own `[server.x]`, `[servers.NAME]`, `[sandbox]`."""
-    subtables = [key for key, item in as_object(value).items() if isinstance(item, dict)]
-    return f"[{table}]" if table != "servers" else f"[servers.{subtables[0] if subtables else 'NAME'}]"
-
-
-def _unknown(loc: tuple[int | str, ...], value: object) -> str:
-    """The message for an unknown key, with the close known key (or table) suggested."""
-    key, kind = str(loc[-1]), "table" if object_or_none(value) is not None else "key"
-    if len(loc) == 1:
-        for table, model in _TABLES.items():
-            if kind == "key" and key in model.model_fields:
-                return f"unknown key; `{key}` belongs in {_header(table, None)}"
-        close = difflib.get_close_matches(key, list(_TABLES), n=1)
-        known = "the known tables are [sandbox], [servers.NAME], [hub] and [agent]"
-        return f"unknown {kind}; {f'did you mean {_header(close[0], value)}?' if close else known}"
-    model = _TABLES.get(str(loc[0])) if len(loc) == (3 if loc[0] == "servers" else 2) else None
-    if model is None:
-        return "unknown key"
-    close = difflib.get_close_matches(key, list(model.model_fields), n=1)
-    known = f"the known keys are {', '.join(model.model_fields)}"
-    return f"unknown key; {f'did you mean `{close[0]}`?' if close else known}"
-
-
-def _describe(error: ValidationError, unset: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Every problem as (dotted key, message); `unset` maps a key to the unset variable it uses."""
-    described: list[tuple[str, str]] = []
-    for problem in error.errors():
-        loc = tuple(part for part in problem["loc"] if part != "__root__")
-        key = ".".join(str(part) for part in loc)
-        message = problem["msg"].removeprefix("Value error, ")
-        if problem["type"] == "extra_forbidden":
-            message = _unknown(loc, problem.get("input"))
-        elif problem["type"] in ("model_type", "dict_type"):
-            message = "expected a table"
-        if key in unset:
-            message += f" (it uses ${{{unset[key]}}}, which is not set)"
-        described.append((key, message))
-    return described
-
-
-def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
-    """Find, parse, expand and validate the configuration.
-
-    Relative paths in the file resolve against the file's directory. A server using an unset
-    variable is kept, with `Config.server_problem` saying why it cannot start.
-
-    Raises:
-        ConfigError: the file cannot be read or parsed, or values are invalid (every problem, one line each).
-    """
-    env = os.environ if environ is None else environ
-    found = find_config_path(path, env)
-    home = omega_home(env)
-    if found is None:
-        return Config(home=home)
-    try:
-        data = tomllib.loads(found.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=str(found)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", path=str(found)) from None
-    problems: dict[str, str] = {}
-    unset: dict[str, str] = {}
-    unresolved_urls: set[str] = set()
-    servers = as_object(data.get("servers"))  # expanded in place; not a table: left for validation to report
-    for name, entry in list(servers.items()):
-        if as_object(entry).get("enabled") is False:
-            continue  # disabled: never expanded, so never broken by the environment
-        missing: list[tuple[str, str]] = []
-        servers[name] = expand_entry(entry, env, f"servers.{name}", missing)
-        if missing:
-            names = ", ".join(f"{variable} ({key})" for key, variable in missing)
-            problems[name] = f"unset environment variable{'s' if len(missing) > 1 else ''} {names}"
-            unset.update(missing)
-            if isinstance(url := as_object(servers[name]).get("url"), str) and has_reference(url):
-                unresolved_urls.add(url)
-    context = {_PROBLEMS: problems, _UNRESOLVED_URLS: frozenset(unresolved_urls)}
-    try:
-        config = Config.model_validate({**data, "path": found, "home": home}, context=context)
-    except ValidationError as exc:
-        raise ConfigError.combine([ConfigError(m, path=str(found), key=k) for k, m in _describe(exc, unset)]) from None
-    base = found.parent
-    sandbox = config.sandbox.model_copy(
-        update={
-            "workspace": _absolute(config.sandbox.workspace, base),
-            "write_roots": tuple(p for p in (_absolute(r, base) for r in config.sandbox.write_roots) if p),
-        }
-    )
-    servers_abs = {
-        name: entry.model_copy(update={"cwd": _absolute(entry.cwd, base)}) for name, entry in config.servers.items()
-    }
-    return config.model_copy(update={"sandbox": sandbox, "servers": servers_abs})
