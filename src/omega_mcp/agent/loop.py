@@ -139,12 +139,16 @@ async def run_agent(
     on_event: Callable[[AgentEvent], None] | None = None,
     tool_timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    history: Sequence[Message] = (),
+    on_text: Callable[[str], None] | None = None,
 ) -> AgentResult:
     """Run the loop until the model answers without calling tools.
 
     `allowed_tools`: None offers every tool, an empty sequence none (no `tools` key is sent at
     all), otherwise only the tools matching one of the globs. A tool result whose text exceeds
-    `max_result_chars` reaches the model cut in the middle, with its full size.
+    `max_result_chars` reaches the model cut in the middle, with its full size. `history` is an
+    earlier conversation this prompt continues (a resumed session); the result's `messages` hold it
+    too. With `on_text` the provider streams and answer text reaches `on_text` as it arrives.
 
     Raises:
         MaxTurnsExceededError: the model still called tools in request number `max_turns`
@@ -158,11 +162,13 @@ async def run_agent(
     emit = on_event or _ignore
     listed = await tools.list_tools() if allowed_tools is None or len(allowed_tools) > 0 else []
     catalog = ToolCatalog(listed, allowed_tools)
-    messages: list[Message] = [UserMessage(prompt)]
+    messages: list[Message] = [*history, UserMessage(prompt)]
     usage = Usage()
     for turn in range(1, max_turns + 1):
         try:
-            response = await provider.request(model=model, system=system, messages=messages, tools=catalog.specs)
+            response = await provider.request(
+                model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
+            )
         except ProviderError as exc:
             # What the run cost and said so far still matters to the caller (`--json`, billing).
             setattr(exc, _PARTIAL, AgentResult("", turn - 1, usage, tuple(messages)))
