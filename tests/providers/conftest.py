@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 SPECS = Path(__file__).resolve().parents[2] / ".." / "shared" / "specs"
+sys.path.insert(0, str(Path(__file__).parent))  # stream_support sits next to the tests (importlib mode)
 
 _OPENAPI = {
     "openai": ("openai-openapi.json", "CreateChatCompletionRequest"),

@@ -62,12 +62,20 @@ async def test_first_request_has_max_tokens_version_header_and_top_level_system(
     assert request.headers["x-api-key"] == "sk-ant"
     assert request.headers["anthropic-version"] == "2023-06-01"
     body = fake.bodies[0]
+    cache = {"type": "ephemeral"}
     assert body == {
         "model": "claude-sonnet-4-6",
         "max_tokens": 8192,
-        "messages": [{"role": "user", "content": "hello"}],
-        "system": "Be brief.",
-        "tools": [{"name": "write", "description": "Write a file", "input_schema": dict(WRITE_TOOL.input_schema)}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": cache}]}],
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": cache}],
+        "tools": [
+            {
+                "name": "write",
+                "description": "Write a file",
+                "input_schema": dict(WRITE_TOOL.input_schema),
+                "cache_control": cache,
+            }
+        ],
     }
     for sampling in ("temperature", "top_p", "top_k", "tool_choice"):
         assert sampling not in body
@@ -129,7 +137,13 @@ async def test_thinking_blocks_are_echoed_verbatim_and_results_come_first_in_one
                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
                 ],
             },
-            {"type": "tool_result", "tool_use_id": "toolu_01B", "content": "denied: b", "is_error": True},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_01B",
+                "content": "denied: b",
+                "is_error": True,
+                "cache_control": {"type": "ephemeral"},
+            },
         ],
     }
     check_request("anthropic", body)

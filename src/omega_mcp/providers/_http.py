@@ -8,6 +8,11 @@ is a request that used up its whole timeout (retrying would multiply a long sile
 failure is a `ProviderError` whose message carries the provider's own error text. The caller may
 pass its own `httpx2.AsyncClient` (tests use `httpx2.MockTransport`); otherwise one is created and
 closed by `aclose()`.
+
+`stream()` is the same request streamed (SSE or NDJSON): every read is bounded by the timeout, and
+a stream that breaks (or reports a transient error) is retried as a whole request as long as no
+answer text was shown; after that it is an error that says so. A refusal for a too-long context
+is a `ContextOverflowError`, never retried, streamed or not.
 """
 
 from __future__ import annotations
@@ -20,13 +25,22 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import anyio
 import httpx2
 
-from omega_mcp.errors import ProviderAuthError, ProviderError, ProviderHTTPError, first_leaf
+from omega_mcp.errors import ContextOverflowError, ProviderAuthError, ProviderError, ProviderHTTPError, first_leaf
+from omega_mcp.messages import ModelResponse
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
+from omega_mcp.providers._stream import (
+    Framing,
+    StreamAssembler,
+    StreamBrokenError,
+    StreamErrorEvent,
+    StreamProtocolError,
+    TextSink,
+)
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "HttpJson", "HttpProvider", "RetryPolicy", "error_text"]
 
@@ -40,6 +54,22 @@ _AUTH_STATUSES = frozenset({401, 402, 403})
 # Markers of a spent budget rather than a rate limit: waiting does not help.
 _QUOTA_MARKERS = ("insufficient_quota", "enforced_spend_limit_reached", "billing_error", "billing_hard_limit")
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)s\s*$")
+# How each provider says the conversation no longer fits the model's context window (lowercase).
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|prompt is too long|exceeds the maximum number of tokens"
+    r"|input token count.{0,80}exceed|exceed_context_size_error|exceeds the available context size"
+    r"|longer than the context length|exceeds the context length"
+)
+# Error types (Anthropic, OpenAI) and statuses (Google) of errors sent without an HTTP status:
+# inside a 200 body or a stream.
+_ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "rate_limit_exceeded": 429,
+    "api_error": 500, "server_error": 500, "timeout_error": 504, "overloaded_error": 529,
+    "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "RESOURCE_EXHAUSTED": 429,
+    "INTERNAL": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+}  # fmt: skip
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +125,41 @@ class HttpJson:
 
         Raises:
             ProviderAuthError: authentication, permission or quota failure (never retried).
+            ContextOverflowError: the conversation is too long for the model (never retried).
             ProviderHTTPError: any other failure, after the retries it deserves.
         """
+        return await self._retrying(lambda: self._attempt(url, body, headers))
+
+    async def stream(
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        *,
+        framing: Callable[[], Framing],
+        assembler: Callable[[TextSink], StreamAssembler],
+        on_text: Callable[[str], None],
+    ) -> ModelResponse:
+        """POST `body` and read the streamed answer; its text goes to `on_text` as it arrives.
+
+        `framing` and `assembler` make a fresh decoder and assembler for each attempt.
+
+        Raises:
+            ProviderAuthError: authentication, permission or quota failure (never retried).
+            ContextOverflowError: the conversation is too long for the model (never retried).
+            ProviderHTTPError: any other failure, after the retries it deserves; a stream that
+                broke after text was shown is not retried and says so.
+        """
+        sink = TextSink(on_text)
+        return await self._retrying(
+            lambda: self._stream_attempt(url, body, headers, decoder=framing(), assembler=assembler(sink), sink=sink)
+        )
+
+    async def _retrying(self, attempt_once: Callable[[], Awaitable[_T | _Failure]]) -> _T:
         attempt = 0
         while True:
-            failure = await self._attempt(url, body, headers)
-            if isinstance(failure, dict):
+            failure = await attempt_once()
+            if not isinstance(failure, _Failure):
                 return failure
             if not failure.retryable or attempt >= self.retry.max_retries:
                 if attempt == 0:
@@ -125,9 +184,48 @@ class HttpJson:
         self, url: str, body: Mapping[str, Any], headers: Mapping[str, str]
     ) -> dict[str, Any] | _Failure:
         """One request: the decoded answer, or a classified failure."""
+        response = await self._send(url, body, headers, stream=False)
+        if isinstance(response, _Failure):
+            return response
+        data, failure = self._check(response)
+        return data if failure is None else failure
+
+    async def _stream_attempt(
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        *,
+        decoder: Framing,
+        assembler: StreamAssembler,
+        sink: TextSink,
+    ) -> ModelResponse | _Failure:
+        """One streamed request: the assembled answer, or a classified failure."""
+        response = await self._send(url, body, headers, stream=True)
+        if isinstance(response, _Failure):
+            return response
         try:
+            outcome = await self._read_stream(url, response, decoder, assembler)
+        finally:
+            with anyio.move_on_after(5, shield=True):
+                await response.aclose()
+        if isinstance(outcome, _Failure) and sink.shown and not isinstance(outcome.error, ProviderAuthError):
+            # A retry would show the text twice: say what happened instead.
+            error = ProviderHTTPError(
+                f"the stream from {self.provider_name} broke after text was shown: {outcome.error}",
+                status_code=outcome.error.status_code,
+            )
+            return _Failure(error, False)
+        return outcome
+
+    async def _send(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], *, stream: bool
+    ) -> httpx2.Response | _Failure:
+        """Send the request and get the response head (and, unless `stream`, its body)."""
+        try:
+            request = self._client.build_request("POST", url, json=body, headers=dict(headers))
             with anyio.fail_after(self.timeout_seconds):
-                response = await self._client.post(url, json=body, headers=dict(headers))
+                return await self._client.send(request, stream=stream)
         except (httpx2.InvalidURL, httpx2.UnsupportedProtocol) as exc:
             raise self._error(f"invalid URL {url!r}: {exc}") from None
         except httpx2.LocalProtocolError as exc:
@@ -144,11 +242,52 @@ class HttpJson:
             return _Failure(self._error(f"request to {url} failed: {_describe_exception(exc)}"), True)
         except Exception as exc:  # a client or socket-layer bug must still read as a provider failure
             raise self._error(f"request to {url} failed: {_describe_exception(first_leaf(exc))}") from None
-        data, failure = self._check(response)
-        return data if failure is None else failure
 
-    def _error(self, message: str, status: int | None = None, *, auth: bool = False) -> ProviderError:
-        cls = ProviderAuthError if auth else ProviderHTTPError
+    async def _read_stream(
+        self, url: str, response: httpx2.Response, decoder: Framing, assembler: StreamAssembler
+    ) -> ModelResponse | _Failure:
+        status = response.status_code
+        kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if not 200 <= status < 300 or kind == "application/json":
+            # An error, or a server that ignored the stream flag: one JSON body either way.
+            try:
+                with anyio.fail_after(self.timeout_seconds):
+                    await response.aread()
+            except (TimeoutError, httpx2.HTTPError) as exc:
+                return _Failure(self._error(f"reading the answer from {url} failed: {_describe_exception(exc)}"), True)
+            data, failure = self._check(response)
+            return failure if failure is not None else assembler.whole(data)
+        chunks = response.aiter_bytes()
+        try:
+            while not assembler.done:
+                try:
+                    with anyio.fail_after(self.timeout_seconds):
+                        chunk = await anext(chunks, None)
+                except TimeoutError:
+                    silent = f"the stream from {url} sent nothing for {self.timeout_seconds:g} s"
+                    return _Failure(self._error(silent), False)
+                except httpx2.HTTPError as exc:
+                    return _Failure(self._error(f"the stream from {url} broke: {_describe_exception(exc)}"), True)
+                for event in decoder.feed(chunk) if chunk is not None else decoder.close():
+                    assembler.feed(event)
+                if chunk is None:
+                    break
+            return assembler.result()
+        except StreamErrorEvent as exc:
+            code = _embedded_code(exc.body.get("error")) or status
+            return self._failure(code, error_text(exc.body, str(exc)), response, exc.body)
+        except StreamBrokenError as exc:
+            return _Failure(self._error(f"the stream from {url} broke: {exc}"), True)
+        except StreamProtocolError as exc:
+            return _Failure(self._error(f"the stream from {url} is malformed: {exc}", status), False)
+        finally:
+            with anyio.move_on_after(5, shield=True):
+                await chunks.aclose()
+
+    def _error(
+        self, message: str, status: int | None = None, *, auth: bool = False, overflow: bool = False
+    ) -> ProviderError:
+        cls = ProviderAuthError if auth else ContextOverflowError if overflow else ProviderHTTPError
         prefix = f"{self.provider_name} API error" + (f" (HTTP {status})" if status is not None else "")
         return cls(f"{prefix}: {message}", status_code=status)
 
@@ -181,6 +320,8 @@ class HttpJson:
         lowered = message.lower() + json.dumps(body, default=str).lower()
         if status in _AUTH_STATUSES or any(marker in lowered for marker in _QUOTA_MARKERS):
             return _Failure(self._error(message, status, auth=True), False)
+        if _OVERFLOW.search(lowered):
+            return _Failure(self._error(message, status, overflow=True), False)
         retryable = status in _RETRY_STATUSES or status >= 500
         should_retry = response.headers.get("x-should-retry", "").lower()
         if should_retry in ("true", "false"):
@@ -207,8 +348,12 @@ def error_text(body: object, fallback: str = "") -> str:
 
 
 def _embedded_code(error: object) -> int | None:
-    code = as_int(as_object(error).get("code"))
-    return code if 400 <= code <= 599 else None
+    """The HTTP status an error body implies: its numeric `code`, else its type or status name."""
+    fields = as_object(error)
+    code = as_int(fields.get("code"))
+    if 400 <= code <= 599:
+        return code
+    return _ERROR_TYPE_STATUS.get(str(fields.get("type") or fields.get("status") or ""))
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:

@@ -5,10 +5,18 @@ sent: API version 2026-10-21 rejects them). The assistant `content` array is ech
 `thinking` / `redacted_thinking` blocks keep their signatures and order. All results of a turn go
 back in one user message of `tool_result` blocks, with `is_error` and MCP images as image blocks.
 A response cut off by `max_tokens` in the middle of a tool call is an error, never executed.
+
+Prompt caching: every request, streamed or not, marks up to four `cache_control` breakpoints: the
+last tool, the system prompt, the last message (cached for the next request) and the user message
+that ended the previous request (read back from the cache). The streamed answer (SSE) is rebuilt
+into the Message object the non-streamed request returns: text, thinking and signatures joined,
+tool inputs parsed from their `input_json_delta` pieces, usage taken from `message_delta` (whose
+counts are cumulative).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, assert_never
@@ -36,12 +44,22 @@ from omega_mcp.messages import (
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
 from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy
 from omega_mcp.providers._schema import clean_schema
+from omega_mcp.providers._stream import (
+    SSEDecoder,
+    StreamAssembler,
+    StreamBrokenError,
+    StreamErrorEvent,
+    StreamEvent,
+    StreamProtocolError,
+    TextSink,
+)
 
 __all__ = ["DEFAULT_ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "AnthropicProvider", "build_request", "parse_response"]
 
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 8192
 _UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
+_EPHEMERAL = {"type": "ephemeral"}
 
 
 class AnthropicProvider(HttpProvider):
@@ -86,8 +104,15 @@ class AnthropicProvider(HttpProvider):
         body = build_request(
             model=model, system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens
         )
-        data = await self._http.post(self.url, body, self.headers)
-        return parse_response(data, max_tokens=self.max_tokens)
+        if on_text is None:
+            return parse_response(await self._http.post(self.url, body, self.headers), max_tokens=self.max_tokens)
+        body["stream"] = True
+        return await self._http.stream(
+            self.url, body, self.headers, framing=SSEDecoder, assembler=self._assembler, on_text=on_text
+        )
+
+    def _assembler(self, sink: TextSink) -> MessageStream:
+        return MessageStream(sink, lambda data: parse_response(data, max_tokens=self.max_tokens))
 
 
 def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -109,7 +134,8 @@ def build_request(
     tools: list[dict[str, Any]],
     max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> dict[str, Any]:
-    """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty)."""
+    """The request body with its cache breakpoints; `tools` is the output of `wire_tools` (omitted
+    entirely when empty) and is not modified."""
     wire: list[dict[str, Any]] = []
     pending_ids: list[str] = []
     for index, message in enumerate(messages):
@@ -127,12 +153,26 @@ def build_request(
                 wire.append({"role": "user", "content": blocks})
             case _:
                 assert_never(message)
+    # Breakpoints: the previous request ended with the second-to-last user message; this one ends
+    # with the last. Together with tools and system that is Anthropic's maximum of four.
+    for position in [i for i, item in enumerate(wire) if item["role"] == "user"][-2:]:
+        wire[position] = _with_breakpoint(wire[position])
     body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
     if system:
-        body["system"] = system
+        body["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
     if tools:
-        body["tools"] = tools
+        body["tools"] = [*tools[:-1], {**tools[-1], "cache_control": dict(_EPHEMERAL)}]
     return body
+
+
+def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` with a cache breakpoint on its last block (empty text cannot carry one)."""
+    content = message["content"]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    if not blocks or (blocks[-1].get("type") == "text" and not blocks[-1].get("text")):
+        return message
+    blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
+    return {**message, "content": blocks}
 
 
 def _safe_id(call_id: str | None, message_index: int, call_index: int) -> str:
@@ -231,3 +271,68 @@ def parse_response(data: Mapping[str, Any], *, max_tokens: int | None = None) ->
         usage=usage,
         finish_reason=stop,
     )
+
+
+class MessageStream(StreamAssembler):
+    """Rebuilds a Message object from Messages API stream events."""
+
+    def __init__(self, sink: TextSink, parse: Callable[[Mapping[str, Any]], ModelResponse]) -> None:
+        super().__init__(sink, parse)
+        self._message: dict[str, Any] = {}
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._input_json: dict[int, list[str]] = {}
+
+    def feed(self, event: StreamEvent) -> None:
+        data = as_object(event.json())
+        kind = as_str(data.get("type")) or event.name
+        if kind == "error":
+            raise StreamErrorEvent(data)
+        if kind == "message_start":
+            self._message = dict(as_object(data.get("message")))
+        elif kind == "content_block_start":
+            self._blocks[as_int(data.get("index"))] = dict(as_object(data.get("content_block")))
+        elif kind == "content_block_delta":
+            self._delta(as_int(data.get("index")), as_object(data.get("delta")))
+        elif kind == "message_delta":
+            self._message.update(as_object(data.get("delta")))
+            usage = dict(as_object(self._message.get("usage")))
+            # Cumulative counts: the latest value of each field wins.
+            usage.update({key: value for key, value in as_object(data.get("usage")).items() if value is not None})
+            self._message["usage"] = usage
+        elif kind == "message_stop":
+            self.done = True
+        # ping, content_block_stop and event types added later need nothing.
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.get(index)
+        if block is None:
+            raise StreamProtocolError(f"a delta for content block {index} before its start")
+        kind = delta.get("type")
+        if kind == "text_delta":
+            piece = str(delta.get("text", ""))
+            block["text"] = str(block.get("text") or "") + piece
+            self.sink(piece)
+        elif kind == "input_json_delta":
+            self._input_json.setdefault(index, []).append(str(delta.get("partial_json", "")))
+        elif kind == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking", ""))
+        elif kind == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature", ""))
+        elif kind == "citations_delta":
+            block["citations"] = [*as_list(block.get("citations")), delta.get("citation")]
+
+    def result(self) -> ModelResponse:
+        if not self.done:
+            raise StreamBrokenError("it ended before message_stop")
+        for index, pieces in self._input_json.items():
+            text = "".join(pieces)
+            if not text.strip():
+                continue  # no arguments: the start block's `input: {}` stands
+            try:
+                self._blocks[index]["input"] = json.loads(text)
+            except ValueError:
+                if self._message.get("stop_reason") != "max_tokens":  # cut off: parse_response says so
+                    raise ProviderHTTPError(
+                        f"anthropic API error: the streamed input of a tool call is not valid JSON: {text[:200]!r}"
+                    ) from None
+        return self.parse({**self._message, "content": [self._blocks[index] for index in sorted(self._blocks)]})

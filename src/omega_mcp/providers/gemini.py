@@ -7,6 +7,12 @@ echoed exactly as received so every `thoughtSignature` stays on its part (Gemini
 without them); a turn rebuilt from another provider's history gets the documented dummy signature.
 All results of a step go back in one `user` Content as `functionResponse` parts with an object
 `response` (`{"output": ...}` or `{"error": ...}`), ids echoed only when the call had one.
+
+Streamed (`:streamGenerateContent?alt=sse`), each event is a partial GenerateContentResponse; the
+parts are collected into the one Content the non-streamed request returns: pieces of text (or of
+a thought) are joined into one part, which takes the `thoughtSignature` a later piece brings
+(Gemini sends it last, often with empty text); function calls arrive whole. The last chunk holds
+the final `finishReason` and `usageMetadata`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ from omega_mcp.messages import (
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
 from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy
 from omega_mcp.providers._schema import clean_schema
+from omega_mcp.providers._stream import (
+    SSEDecoder,
+    StreamAssembler,
+    StreamBrokenError,
+    StreamErrorEvent,
+    StreamEvent,
+    TextSink,
+)
 
 __all__ = ["DUMMY_THOUGHT_SIGNATURE", "GeminiProvider", "build_request", "parse_response"]
 
@@ -65,8 +79,9 @@ class GeminiProvider(HttpProvider):
         self._tools_for: Sequence[ToolSpec] | None = None
         self._tools_wire: list[dict[str, Any]] = []
 
-    def url_for(self, model: str) -> str:
-        return f"{self.base_url}/v1beta/models/{quote(model.removeprefix('models/'), safe='')}:generateContent"
+    def url_for(self, model: str, *, stream: bool = False) -> str:
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"{self.base_url}/v1beta/models/{quote(model.removeprefix('models/'), safe='')}:{method}"
 
     async def request(
         self,
@@ -80,8 +95,20 @@ class GeminiProvider(HttpProvider):
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
         body = build_request(system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens)
-        data = await self._http.post(self.url_for(model), body, self.headers)
-        return parse_response(data)
+        if on_text is None:
+            return parse_response(await self._http.post(self.url_for(model), body, self.headers))
+        return await self._http.stream(
+            self.url_for(model, stream=True),
+            body,
+            self.headers,
+            framing=SSEDecoder,
+            assembler=self._assembler,
+            on_text=on_text,
+        )
+
+    @staticmethod
+    def _assembler(sink: TextSink) -> GenerateStream:
+        return GenerateStream(sink, parse_response)
 
 
 def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -206,4 +233,65 @@ def parse_response(data: Mapping[str, Any]) -> ModelResponse:
         message=AssistantMessage(tuple(parts), raw=raw, raw_format="gemini"),
         usage=usage,
         finish_reason=finish,
+    )
+
+
+_TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
+
+
+class GenerateStream(StreamAssembler):
+    """Rebuilds a GenerateContentResponse from its streamed chunks (only candidate 0 is read)."""
+
+    def __init__(self, sink: TextSink, parse: Callable[[Mapping[str, Any]], ModelResponse]) -> None:
+        super().__init__(sink, parse)
+        self._top: dict[str, Any] = {}
+        self._candidate: dict[str, Any] | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    def feed(self, event: StreamEvent) -> None:
+        chunk = as_object(event.json())
+        if chunk.get("error"):
+            raise StreamErrorEvent(chunk)
+        self._top.update({key: value for key, value in chunk.items() if key != "candidates"})
+        for item in as_list(chunk.get("candidates")):
+            candidate = as_object(item)
+            if as_int(candidate.get("index")) != 0:
+                continue
+            if self._candidate is None:
+                self._candidate = {}
+            self._candidate.update({key: value for key, value in candidate.items() if key != "content"})
+            for part in as_list(as_object(candidate.get("content")).get("parts")):
+                self._add(dict(as_object(part)))
+
+    def _add(self, part: dict[str, Any]) -> None:
+        text = part.get("text")
+        if isinstance(text, str) and not part.get("thought") and "functionCall" not in part:
+            self.sink(text)
+        previous = self._parts[-1] if self._parts else None
+        if previous is not None and _continues(previous, part):
+            previous["text"] += text
+            if part.get("thoughtSignature"):
+                previous["thoughtSignature"] = part["thoughtSignature"]
+        else:
+            self._parts.append(part)
+
+    def result(self) -> ModelResponse:
+        finished = self._candidate is not None and "finishReason" in self._candidate
+        if not finished and not as_object(self._top.get("promptFeedback")).get("blockReason"):
+            raise StreamBrokenError("it ended before a finishReason")
+        data = dict(self._top)
+        if self._candidate is not None:
+            data["candidates"] = [{**self._candidate, "content": {"role": "model", "parts": self._parts}}]
+        return self.parse(data)
+
+
+def _continues(previous: dict[str, Any], part: dict[str, Any]) -> bool:
+    """`part` is the next piece of `previous`: both text of the same kind, `previous` not yet signed."""
+    return (
+        previous.keys() <= _TEXT_KEYS
+        and part.keys() <= _TEXT_KEYS
+        and isinstance(previous.get("text"), str)
+        and isinstance(part.get("text"), str)
+        and bool(previous.get("thought")) == bool(part.get("thought"))
+        and "thoughtSignature" not in previous
     )

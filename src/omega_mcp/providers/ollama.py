@@ -1,10 +1,15 @@
-"""Ollama native chat adapter (`POST {base}/api/chat`, always `"stream": false`).
+"""Ollama native chat adapter (`POST {base}/api/chat`).
 
-Ollama streams NDJSON unless told not to, sends arguments as objects, and older servers give tool
-calls no ids: results therefore go back in call order, each with `tool_name` (and `tool_call_id`
-only when the call had one). `done_reason` is `stop` even with tool calls, so calls are detected
-from `message.tool_calls`. Token counts may be absent (prompt cache reuse) and count as 0.
-Local servers need no key; a key (ollama.com) is sent as a Bearer token.
+Ollama sends arguments as objects, and older servers give tool calls no ids: results therefore go
+back in call order, each with `tool_name` (and `tool_call_id` only when the call had one).
+`done_reason` is `stop` even with tool calls, so calls are detected from `message.tool_calls`.
+Token counts may be absent (prompt cache reuse) and count as 0. Local servers need no key; a key
+(ollama.com) is sent as a Bearer token.
+
+Ollama streams NDJSON by default, so `"stream": false` is sent unless the caller streams; then the
+lines are joined back into the one response the non-streamed request returns (content and thinking
+concatenated, tool calls collected, counts from the final `done` line). An `{"error": ...}` line
+is an error like any other.
 """
 
 from __future__ import annotations
@@ -34,6 +39,14 @@ from omega_mcp.messages import (
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
 from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy
 from omega_mcp.providers._schema import clean_schema
+from omega_mcp.providers._stream import (
+    NDJSONDecoder,
+    StreamAssembler,
+    StreamBrokenError,
+    StreamErrorEvent,
+    StreamEvent,
+    TextSink,
+)
 
 __all__ = ["OllamaProvider", "build_request", "parse_response"]
 
@@ -77,8 +90,16 @@ class OllamaProvider(HttpProvider):
         body = build_request(
             model=model, system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens
         )
-        data = await self._http.post(self.url, body, self.headers)
-        return parse_response(data)
+        if on_text is None:
+            return parse_response(await self._http.post(self.url, body, self.headers))
+        body["stream"] = True
+        return await self._http.stream(
+            self.url, body, self.headers, framing=NDJSONDecoder, assembler=self._assembler, on_text=on_text
+        )
+
+    @staticmethod
+    def _assembler(sink: TextSink) -> ChatStream:
+        return ChatStream(sink, parse_response)
 
 
 def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -161,14 +182,17 @@ def parse_response(data: Mapping[str, Any]) -> ModelResponse:
     """
     if not isinstance(data.get("message"), dict):
         raise ProviderHTTPError(f"ollama API error: the response has no message: {str(data)[:300]}")
-    raw = as_object(copy.deepcopy(data.get("message")))
+    message = as_object(copy.deepcopy(data.get("message")))
     parts: list[AssistantPart] = []
-    thinking = as_str(raw.get("thinking"))
+    thinking = as_str(message.get("thinking"))
     if thinking:
         parts.append(ThinkingPart(thinking))
-    content = as_str(raw.get("content"))
+    content = as_str(message.get("content"))
     if content:
         parts.append(TextPart(content))
+    # What is echoed next turn; the same whether the answer was streamed or not.
+    raw: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    raw.update({key: message[key] for key in _ECHO_KEYS if message.get(key)})
     for item in as_list(raw.get("tool_calls")):
         call = as_object(item)
         function = as_object(call.get("function"))
@@ -183,3 +207,40 @@ def parse_response(data: Mapping[str, Any]) -> ModelResponse:
         usage=usage,
         finish_reason=as_str(data.get("done_reason")),
     )
+
+
+class ChatStream(StreamAssembler):
+    """Rebuilds a chat response from NDJSON lines (each a partial response, the last one `done`)."""
+
+    def __init__(self, sink: TextSink, parse: Callable[[Mapping[str, Any]], ModelResponse]) -> None:
+        super().__init__(sink, parse)
+        self._content: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: list[Any] = []
+        self._last: dict[str, Any] = {}
+
+    def feed(self, event: StreamEvent) -> None:
+        line = as_object(event.json())
+        if line.get("error"):
+            raise StreamErrorEvent(line)
+        message = as_object(line.get("message"))
+        text = as_str(message.get("content"))
+        if text:
+            self._content.append(text)
+            self.sink(text)
+        thinking = as_str(message.get("thinking"))
+        if thinking:
+            self._thinking.append(thinking)
+        self._calls.extend(as_list(message.get("tool_calls")))
+        self._last = line
+        self.done = line.get("done") is True
+
+    def result(self) -> ModelResponse:
+        if not self.done:
+            raise StreamBrokenError('it ended before the line with "done": true')
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content)}
+        if self._thinking:
+            message["thinking"] = "".join(self._thinking)
+        if self._calls:
+            message["tool_calls"] = self._calls
+        return self.parse({**self._last, "message": message})

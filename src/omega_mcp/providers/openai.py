@@ -6,6 +6,10 @@ on the call so the loop can hand it back to the model. Tool calls are detected f
 (with OpenRouter's `reasoning_details`); each result becomes one `role: "tool"` message, errors
 marked by an `Error:` prefix since the format has no flag. Sampling and parallel-call parameters
 are never sent (o-series models reject some of them); `max_completion_tokens` only when configured.
+Streamed (`stream: true` with usage included), the chunks are put back together into the
+chat.completion the non-streamed request returns: text and reasoning joined, tool calls assembled
+by `index` (a new `id` at a used index starts a new call, as some compatible servers send them),
+OpenRouter's `reasoning_details` merged by their `index`.
 """
 
 from __future__ import annotations
@@ -33,14 +37,24 @@ from omega_mcp.messages import (
     UserMessage,
     parse_arguments,
 )
-from omega_mcp.narrow import as_int, as_list, as_object, as_str
+from omega_mcp.narrow import as_int, as_list, as_object, as_str, object_or_none
 from omega_mcp.providers._http import DEFAULT_TIMEOUT_SECONDS, HttpProvider, RetryPolicy, error_text
 from omega_mcp.providers._schema import clean_schema
+from omega_mcp.providers._stream import (
+    SSEDecoder,
+    StreamAssembler,
+    StreamBrokenError,
+    StreamErrorEvent,
+    StreamEvent,
+    TextSink,
+)
 
 __all__ = ["OpenAIProvider", "build_request", "parse_response"]
 
 Flavor = Literal["openai", "openrouter"]
 _ECHO_KEYS = ("content", "tool_calls", "reasoning_details")
+# What an assistant turn keeps of the message (the same whether it was streamed or not).
+_KEPT_KEYS = ("reasoning", "reasoning_content", "tool_calls", "reasoning_details")
 
 
 class OpenAIProvider(HttpProvider):
@@ -92,8 +106,16 @@ class OpenAIProvider(HttpProvider):
             max_tokens=self.max_tokens,
             max_tokens_field="max_tokens" if self.flavor == "openrouter" else "max_completion_tokens",
         )
-        data = await self._http.post(self.url, body, self.headers)
-        return parse_response(data, provider_name=self.name)
+        if on_text is None:
+            return parse_response(await self._http.post(self.url, body, self.headers), provider_name=self.name)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return await self._http.stream(
+            self.url, body, self.headers, framing=SSEDecoder, assembler=self._assembler, on_text=on_text
+        )
+
+    def _assembler(self, sink: TextSink) -> ChatStream:
+        return ChatStream(sink, lambda data: parse_response(data, provider_name=self.name))
 
 
 def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -190,8 +212,10 @@ def parse_response(data: Mapping[str, Any], *, provider_name: str = "openai") ->
     content = message.get("content")
     if isinstance(message.get("content"), list):  # some compatible servers answer with content parts
         content = "".join(str(as_object(p).get("text", "")) for p in as_list(message.get("content")))
+    raw: dict[str, Any] = {"role": "assistant"}
     if isinstance(content, str) and content:
         parts.append(TextPart(content))
+        raw["content"] = content
     for i, item in enumerate(as_list(message.get("tool_calls"))):
         call = as_object(item)
         if not call.get("id"):
@@ -204,8 +228,9 @@ def parse_response(data: Mapping[str, Any], *, provider_name: str = "openai") ->
             # The model still learns what was wrong from the error result.
             function["arguments"] = "{}"
         parts.append(ToolCallPart(str(call["id"]), str(function.get("name") or ""), arguments, problem))
+    raw.update({key: message[key] for key in _KEPT_KEYS if message.get(key) is not None})
     return ModelResponse(
-        message=AssistantMessage(tuple(parts), raw=message, raw_format="openai"),
+        message=AssistantMessage(tuple(parts), raw=raw, raw_format="openai"),
         usage=_usage(as_object(data.get("usage"))),
         finish_reason=finish,
     )
@@ -225,3 +250,89 @@ def _usage(raw: dict[str, Any]) -> Usage:
 
 def _json(arguments: dict[str, Any] | None) -> str:
     return json.dumps(arguments or {}, ensure_ascii=False)
+
+
+class ChatStream(StreamAssembler):
+    """Rebuilds a chat.completion from `chat.completion.chunk` events (only choice 0 is read)."""
+
+    def __init__(self, sink: TextSink, parse: Callable[[Mapping[str, Any]], ModelResponse]) -> None:
+        super().__init__(sink, parse)
+        self._choice_seen = False
+        self._finish: str | None = None
+        self._content: list[str] = []
+        self._reasoning: dict[str, list[str]] = {}
+        self._details: dict[int, dict[str, Any]] = {}
+        self._calls: list[dict[str, Any]] = []
+        self._slots: dict[int, dict[str, Any]] = {}
+        self._usage: dict[str, Any] = {}
+
+    def feed(self, event: StreamEvent) -> None:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        chunk = as_object(event.json())
+        if chunk.get("error"):  # OpenAI error object, OpenRouter mid-stream error
+            raise StreamErrorEvent(chunk)
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        for item in as_list(chunk.get("choices")):
+            choice = as_object(item)
+            if as_int(choice.get("index")) != 0:
+                continue
+            self._choice_seen = True
+            self._finish = as_str(choice.get("finish_reason")) or self._finish
+            delta = as_object(choice.get("delta"))
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self._content.append(text)
+                self.sink(text)
+            for key in ("reasoning", "reasoning_content"):
+                if isinstance(delta.get(key), str) and delta[key]:
+                    self._reasoning.setdefault(key, []).append(delta[key])
+            for position, detail in enumerate(as_list(delta.get("reasoning_details"))):
+                self._merge_detail(as_object(detail), position)
+            for fragment in as_list(delta.get("tool_calls")):
+                self._merge_call(as_object(fragment))
+
+    def _merge_detail(self, fragment: dict[str, Any], position: int) -> None:
+        index = fragment.get("index")
+        detail = self._details.setdefault(index if isinstance(index, int) else position, {})
+        for key, value in fragment.items():
+            if key in ("text", "summary", "data") and isinstance(value, str) and isinstance(detail.get(key), str):
+                detail[key] += value
+            elif value is not None or key not in detail:
+                detail[key] = value
+
+    def _merge_call(self, fragment: dict[str, Any]) -> None:
+        index = fragment.get("index")
+        call_id = as_str(fragment.get("id"))
+        call = self._slots.get(index) if isinstance(index, int) else (self._calls[-1] if self._calls else None)
+        if call is None or (call_id and call["id"] and call_id != call["id"]):
+            fresh: dict[str, Any] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            call = fresh
+            self._calls.append(call)
+            if isinstance(index, int):
+                self._slots[index] = call
+        if call_id and not call["id"]:
+            call["id"] = call_id
+        function = as_object(fragment.get("function"))
+        name = as_str(function.get("name"))
+        if name and not call["function"]["name"]:
+            call["function"]["name"] = name
+        arguments = function.get("arguments")
+        if object_or_none(arguments) is not None:  # a compatible server sending whole objects
+            arguments = _json(as_object(arguments))
+        if isinstance(arguments, str):
+            call["function"]["arguments"] += arguments
+
+    def result(self) -> ModelResponse:
+        if not self.done and self._finish is None:
+            raise StreamBrokenError("it ended before [DONE]")
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
+        message.update({key: "".join(pieces) for key, pieces in self._reasoning.items()})
+        if self._details:
+            message["reasoning_details"] = [self._details[index] for index in sorted(self._details)]
+        if self._calls:
+            message["tool_calls"] = self._calls
+        choices = [{"index": 0, "finish_reason": self._finish, "message": message}] if self._choice_seen else []
+        return self.parse({"choices": choices, "usage": self._usage})
