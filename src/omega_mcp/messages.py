@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
-from omega_mcp.narrow import as_object
+from omega_mcp.narrow import as_list, as_object, as_str, object_or_none
 
 __all__ = [
     "AssistantMessage",
@@ -37,7 +37,9 @@ __all__ = [
     "Usage",
     "UserMessage",
     "decoded_size",
+    "message_from_json",
     "message_to_json",
+    "message_to_record",
     "parse_arguments",
 ]
 
@@ -253,6 +255,146 @@ def _part_to_json(part: AssistantPart) -> dict[str, Any]:
             return data
         case _:
             assert_never(part)
+
+
+def message_to_record(message: Message) -> dict[str, Any]:
+    """A lossless JSON view of a message (saved sessions): `message_from_json` rebuilds it equal.
+
+    It extends `message_to_json` with what a provider echoes byte for byte (the raw turn, thinking
+    signatures, redacted thinking) and with tool results' parts (images included) instead of their text.
+    """
+    match message:
+        case UserMessage():
+            return message_to_json(message)
+        case AssistantMessage():
+            data: dict[str, Any] = {"role": "assistant", "content": [_part_to_record(p) for p in message.parts]}
+            if message.raw is not None:
+                data["raw"] = message.raw
+                data["raw_format"] = message.raw_format
+            return data
+        case ToolResultsMessage():
+            results = [
+                {
+                    "type": "tool_result",
+                    "id": r.call_id,
+                    "name": r.name,
+                    "is_error": r.is_error,
+                    "content": [_result_part_to_record(part) for part in r.content],
+                }
+                for r in message.results
+            ]
+            return {"role": "tool", "content": results}
+        case _:
+            assert_never(message)
+
+
+def _part_to_record(part: AssistantPart) -> dict[str, Any]:
+    data = _part_to_json(part)
+    if isinstance(part, ThinkingPart):
+        if part.signature is not None:
+            data["signature"] = part.signature
+        if part.redacted_data is not None:
+            data["redacted_data"] = part.redacted_data
+    return data
+
+
+def _result_part_to_record(part: ResultPart) -> dict[str, Any]:
+    match part:
+        case TextPart():
+            return {"type": "text", "text": part.text}
+        case ImagePart():
+            return {"type": "image", "mime_type": part.mime_type, "data": part.data}
+        case _:
+            assert_never(part)
+
+
+def message_from_json(data: object) -> Message:
+    """The message a `message_to_record` (or `message_to_json`) dict describes.
+
+    From `message_to_json`'s lossy view a tool result comes back as its text and a turn without
+    its raw form.
+
+    Raises:
+        ValueError: `data` is not a message in either shape (the message says what is wrong).
+    """
+    item = object_or_none(data)
+    if item is None:
+        raise ValueError(f"a message must be a JSON object, got {type(data).__name__}")
+    role = item.get("role")
+    content = item.get("content")
+    if role == "user":
+        if not isinstance(content, str):
+            raise ValueError("a user message needs text content")
+        return UserMessage(content)
+    if role == "assistant":
+        raw = object_or_none(item.get("raw"))
+        if raw is None and item.get("raw") is not None:
+            raise ValueError("an assistant message's raw form must be a JSON object")
+        raw_format = as_str(item.get("raw_format")) if raw is not None else None
+        parts = tuple(_part_from_json(part) for part in _array(content, "assistant"))
+        return AssistantMessage(parts, raw=raw, raw_format=raw_format)
+    if role == "tool":
+        return ToolResultsMessage(tuple(_result_from_json(result) for result in _array(content, "tool")))
+    raise ValueError(f"unknown message role {role!r}")
+
+
+def _array(value: object, role: str) -> list[Any]:
+    items = as_list(value)
+    if not items and value != []:
+        raise ValueError(f"a {role} message needs a list of content parts")
+    return items
+
+
+def _text(item: dict[str, Any], key: str = "text") -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"a {item.get('type')} part needs a string {key!r}")
+    return value
+
+
+def _optional_str(item: dict[str, Any], key: str) -> str | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key!r} must be a string")
+    return value
+
+
+def _part_from_json(value: object) -> AssistantPart:
+    item = as_object(value)
+    kind = item.get("type")
+    if kind == "text":
+        return TextPart(_text(item))
+    if kind == "thinking":
+        signature, redacted = _optional_str(item, "signature"), _optional_str(item, "redacted_data")
+        return ThinkingPart(_text(item), signature=signature, redacted_data=redacted)
+    if kind == "tool_call":
+        arguments = object_or_none(item.get("arguments"))
+        if arguments is None and item.get("arguments") is not None:
+            raise ValueError("a tool call's arguments must be a JSON object or null")
+        return ToolCallPart(
+            _optional_str(item, "id"), _text(item, "name"), arguments, _optional_str(item, "arguments_error")
+        )
+    raise ValueError(f"unknown assistant part type {kind!r}")
+
+
+def _result_from_json(value: object) -> ToolResult:
+    item = as_object(value)
+    if item.get("type") != "tool_result":
+        raise ValueError(f"unknown tool message part type {item.get('type')!r}")
+    parts: list[ResultPart] = []
+    if "content" in item:
+        for part in _array(item["content"], "tool result"):
+            entry = as_object(part)
+            if entry.get("type") == "text":
+                parts.append(TextPart(_text(entry)))
+            elif entry.get("type") == "image":
+                parts.append(ImagePart(_text(entry, "mime_type"), _text(entry, "data")))
+            else:
+                raise ValueError(f"unknown tool result part type {entry.get('type')!r}")
+    else:
+        parts.append(TextPart(_text(item)))
+    is_error = item.get("is_error") is True
+    return ToolResult(_optional_str(item, "id"), _text(item, "name"), tuple(parts), is_error=is_error)
 
 
 def decoded_size(data: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,14 @@ async def run(
 
 
 CALL = [{"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"x": 1}'}}]
+USAGE_LINE = re.compile(r"omega-mcp agent: \d+ turns?, [\d,]+ in( \(.*\))? / [\d,]+ out(, \$[\d.]+)?, \d+\.\d s")
+
+
+def before_usage(err: str) -> list[str]:
+    """The stderr lines before the usage line that ends every run (which must be there)."""
+    lines = err.splitlines()
+    assert lines and USAGE_LINE.fullmatch(lines[-1]), err
+    return lines[:-1]
 
 
 async def test_answer_goes_to_stdout_and_tool_activity_to_stderr_in_order(tmp_path) -> None:
@@ -88,7 +97,7 @@ async def test_answer_goes_to_stdout_and_tool_activity_to_stderr_in_order(tmp_pa
     code, out, err = await run(server, tmp_path)
     assert code == 0
     assert out == "All done.\n"
-    assert err.splitlines() == ["Let me echo.", '[tool] echo {"x": 1}', "[result] echo: echoed {'x': 1}"]
+    assert before_usage(err) == ["Let me echo.", '[tool] echo {"x": 1}', "[result] echo: echoed {'x': 1}"]
     assert str(server.requests[0].url) == "https://api.openai.com/v1/chat/completions"
     assert json.loads(server.requests[0].content)["model"] == "gpt-5.4"
 
@@ -98,7 +107,8 @@ async def test_json_output_is_one_object_with_summed_usage(tmp_path) -> None:
     code, out, _err = await run(server, tmp_path, json_output=True)
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"output", "turns", "usage", "messages"}
+    assert set(data) == {"output", "turns", "usage", "messages", "model", "route"}
+    assert data["model"] == "gpt-5.4" and data["route"] is None
     assert data["output"] == "Done." and data["turns"] == 2
     assert data["usage"]["input_tokens"] == 200 and data["usage"]["output_tokens"] == 20
     assert [m["role"] for m in data["messages"]] == ["user", "assistant", "tool", "assistant"]
@@ -264,7 +274,7 @@ async def test_an_allow_tool_glob_that_matches_nothing_is_warned_about(tmp_path)
     server = Server(openai_reply("plain"))
     code, out, err = await run(server, tmp_path, allow_tools=["ecko*", "echo"])
     assert (code, out) == (0, "plain\n")
-    assert err.splitlines() == ["omega-mcp agent: warning: --allow-tool 'ecko*' matches no tool (available: echo)"]
+    assert before_usage(err) == ["omega-mcp agent: warning: --allow-tool 'ecko*' matches no tool (available: echo)"]
 
 
 @pytest.mark.parametrize(
@@ -296,7 +306,7 @@ async def test_an_allow_tool_glob_that_matches_nothing_is_warned_about(tmp_path)
 async def test_an_empty_or_cut_off_final_answer_is_pointed_out_on_stderr(tmp_path, reply, warning) -> None:
     code, _out, err = await run(Server(reply), tmp_path)
     assert code == 0
-    assert err.splitlines() == [f"omega-mcp agent: warning: {warning}"]
+    assert before_usage(err) == [f"omega-mcp agent: warning: {warning}"]
 
 
 class AsciiStream(io.TextIOWrapper):

@@ -203,7 +203,7 @@ def run_cli(tmp_path: Path, provider: str, base_url: str, *extra: str) -> subpro
 @pytest.mark.parametrize("provider", list(WIRES))
 def test_a_model_writes_runs_bash_reads_back_and_answers(provider: str, tmp_path: Path, serve) -> None:
     base_url, model = serve(WIRES[provider])
-    done = run_cli(tmp_path, provider, base_url)
+    done = run_cli(tmp_path, provider, base_url, "--no-stream")  # the non-streamed wire format of each provider
     assert done.returncode == 0, done.stderr
     answer = re.fullmatch(r"FILE<(.*)> BASH<(.*)>\n", done.stdout, re.DOTALL)
     assert answer is not None, done.stdout

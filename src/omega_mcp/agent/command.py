@@ -1,180 +1,120 @@
 """`omega-mcp agent`: resolve settings, run the loop, print, and return the exit code.
 
-Precedence: flags, then `[agent]` in servers.toml, then the provider's standard environment
-variables, then built-in defaults. `[agent]` model, base URL and key variable apply only when its
-`provider` is unset or is the one chosen. The final answer goes to stdout (or one JSON object with
-`--json`); tool activity and the text around it go to stderr as they happen. Exit codes: 0 ok,
-1 agent or provider failure (turn limit included), 2 configuration error; never a traceback.
+Settings come from `omega_mcp.agent.settings` (flags, then `[agent]`, then the environment, then
+defaults); `--model auto` routes each prompt (`omega_mcp.agent.routing`). What goes where,
+streamed or not, is described in `omega_mcp.agent.output`; `--json` prints one JSON object on
+stdout instead of any text. stderr ends with one usage line (turns, tokens, cache, wall time), with
+`--json` too: stderr is for people. Exit codes: 0 ok, 1 agent or provider failure (turn limit included), 2 configuration
+error; never a traceback.
+
+`run_agent_command` is the one-shot command: settings, provider, system prompt (`RunOptions`,
+computed once) and one `run_prompt`. An interactive session calls `run_prompt` once per prompt
+with the same provider, options and the conversation so far.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import fnmatch
-import json
-import re
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import httpx2
 
-from omega_mcp.agent.loop import (
-    AgentEvent,
-    AgentResult,
-    TextEvent,
-    ToolCallEvent,
-    ToolHost,
-    ToolResultEvent,
-    partial_result,
-    run_agent,
-)
-from omega_mcp.config import AgentConfig, Config
+from omega_mcp.agent.loop import AgentResult, ToolHost, partial_result, run_agent
+from omega_mcp.agent.output import Printer, StreamedTurns, json_line, streams_live, usage_line
+from omega_mcp.agent.prompt import system_prompt
+from omega_mcp.agent.routing import RouteChoice, choose_model
+from omega_mcp.agent.settings import AUTO_MODEL, AgentSettings, resolve_model, resolve_settings
+from omega_mcp.config import Config
 from omega_mcp.errors import ConfigError, MaxTurnsExceededError, ProviderAuthError, ProviderError
-from omega_mcp.providers import PRESETS, PROVIDER_NAMES, create_provider
+from omega_mcp.messages import Message, Usage
+from omega_mcp.providers import Provider, create_provider
 
-__all__ = ["AgentSettings", "resolve_model", "resolve_settings", "run_agent_command"]
+if TYPE_CHECKING:
+    from omega_mcp.sandbox.policy import SandboxPolicy
 
-Tier = Literal["default", "fast", "complex"]
-_OLLAMA_PORT = 11434
-_SHORT = 300
+__all__ = [
+    "AUTO_MODEL",
+    "AgentSettings",
+    "PromptOutcome",
+    "PromptRunner",
+    "RunOptions",
+    "SessionHook",
+    "resolve_model",
+    "resolve_settings",
+    "run_agent_command",
+    "run_options",
+    "run_prompt",
+]
+
 _LISTED = 12
 # Stop reasons meaning "the output token limit cut the answer off" (OpenAI/Ollama, Anthropic, Gemini).
 _CUT_OFF = frozenset({"length", "max_tokens", "MAX_TOKENS"})
 _NORMAL_STOP = frozenset(
     {None, "stop", "STOP", "end_turn", "stop_sequence", "tool_calls", "tool_use", "FINISH_REASON_UNSPECIFIED"}
 )
-_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
+
+
+PromptRunner = Callable[[str, Sequence[Message]], Awaitable["PromptOutcome"]]
+"""Runs one prompt after a history (`run_prompt` with the run's provider, tools, settings and options)."""
+SessionHook = Callable[[PromptRunner, AgentSettings], Awaitable[int]]
+"""Runs a session's prompts with a `PromptRunner` and returns the exit code (`run_agent_command(session=)`)."""
 
 
 @dataclass(frozen=True, slots=True)
-class AgentSettings:
-    """Everything needed to build the provider and run the loop."""
+class RunOptions:
+    """How each prompt of a run is sent and shown; computed once per run (`run_options`).
 
-    provider: str
-    model: str
-    base_url: str
-    api_key: str | None
-    api_key_env: str | None
-    max_turns: int
-    anthropic_version: str | None
-    max_tokens: int | None
-
-
-def resolve_model(config: AgentConfig | Config, tier: Tier = "default", *, provider: str | None = None) -> str:
-    """The model for a request tier: `model_fast` / `model_complex` fall back to `model`, then to
-    the provider's default model.
-
-    Raises:
-        ConfigError: no model is configured and no provider is known to take a default from.
+    `system` is byte-identical for every request of the run (prompt caching). `allowed_tools`:
+    None offers every tool, empty none. `stream`: answer text to stdout as it arrives.
     """
-    agent = config.agent if isinstance(config, Config) else config
-    chosen = {"fast": agent.model_fast, "complex": agent.model_complex}.get(tier) or agent.model
-    if chosen:
-        return chosen
-    name = provider or agent.provider
-    preset = PRESETS.get(name or "")
-    if preset is None:
-        raise ConfigError("no model: set model (or provider) in [agent]", key="agent.model")
-    return preset.default_model
+
+    system: str | None
+    allowed_tools: tuple[str, ...] | None
+    stream: bool
+    json_output: bool
 
 
-def resolve_settings(
+@dataclass(frozen=True, slots=True)
+class PromptOutcome:
+    """One prompt's end: exit code (0 or 1), the run (partial on failure, None when nothing ran),
+    the failure line, the model the loop ran on and the routing decision (None when not routed)."""
+
+    code: int
+    result: AgentResult | None
+    failure: str | None
+    model: str
+    route: RouteChoice | None
+
+
+def run_options(
     config: Config,
     *,
-    provider: str | None,
-    model: str | None,
-    base_url: str | None,
-    max_turns: int | None,
-    environ: Mapping[str, str],
-) -> AgentSettings:
-    """Combine flags, `[agent]`, environment and defaults.
+    system: str | None,
+    no_tools: bool,
+    allow_tools: Sequence[str] | None,
+    json_output: bool,
+    stream: bool | None,
+    stdout: TextIO,
+    sandbox: SandboxPolicy | None = None,
+    today: datetime.date | None = None,
+) -> RunOptions:
+    """The options of a run: the system prompt (`--system`, else the default one for `sandbox`,
+    by default the policy of `config` alone, plus `[agent] system_append`), the tools, and whether
+    to stream (`stream` None: when stdout is read live; never with `--json`)."""
+    if sandbox is None:
+        from omega_mcp.sandbox.policy import SandboxPolicy
 
-    Raises:
-        ConfigError: no or unknown provider, a missing API key, a bad base URL or turn limit.
-    """
-    where = str(config.path) if config.path else None
-    name = provider or config.agent.provider
-    if name is None:
-        raise ConfigError(f"no provider: pass --provider ({', '.join(PROVIDER_NAMES)}) or set provider in [agent]")
-    preset = PRESETS.get(name)
-    if preset is None:
-        raise ConfigError(f"unknown provider {name!r} (choose from {', '.join(PROVIDER_NAMES)})", key="--provider")
-    own = config.agent if config.agent.provider in (None, name) else AgentConfig()
-    url = base_url or own.base_url or environ.get(preset.base_url_env) or preset.default_base_url
-    if name == "ollama":
-        url = _ollama_url(url)
-    problem = _url_problem(url)
-    if problem:
-        source = "--base-url" if base_url else ("agent.base_url" if own.base_url else preset.base_url_env)
-        raise ConfigError(problem, key=source)
-    key_env, key = _api_key(own, preset.key_envs, environ, where)
-    if key is not None:
-        key = key.strip()
-        if not _PRINTABLE_ASCII.fullmatch(key):
-            # Never echo the key: it is a secret, and the bad character may not even be visible.
-            raise ConfigError(f"{key_env} contains a space, control or non-ASCII character (a stray newline or quote?)")
-    if key is None and preset.key_required:
-        raise ConfigError(f"{key_env} is not set: the {name} provider needs an API key")
-    turns = max_turns if max_turns is not None else config.agent.max_turns
-    if turns < 1:
-        raise ConfigError(f"must be at least 1, got {turns}", key="--max-turns")
-    return AgentSettings(
-        provider=name,
-        model=model or resolve_model(own, provider=name),
-        base_url=url,
-        api_key=key,
-        api_key_env=key_env,
-        max_turns=turns,
-        anthropic_version=config.agent.anthropic_version,
-        max_tokens=config.agent.max_tokens,
-    )
-
-
-def _api_key(
-    agent: AgentConfig, standard: tuple[str, ...], environ: Mapping[str, str], where: str | None
-) -> tuple[str | None, str | None]:
-    if agent.api_key_env:
-        value = environ.get(agent.api_key_env)
-        if not value:
-            raise ConfigError(
-                f"{agent.api_key_env} is not set (named by api_key_env)", path=where, key="agent.api_key_env"
-            )
-        return agent.api_key_env, value
-    for env in standard:
-        if environ.get(env):
-            return env, environ[env]
-    return (standard[0] if standard else None), None
-
-
-def _url_problem(url: str) -> str | None:
-    """Why `url` cannot be a provider base URL, or None. Checked up front: a bad port or host
-    would otherwise surface as a low-level socket error on the first request."""
-    if not url.startswith(("http://", "https://")):
-        return f"base URL must start with http:// or https://, got {url!r}"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        problem = "the port must be 1-65535" if "port" in str(exc).lower() else f"not a valid URL ({exc})"
-        return f"{problem}: {url!r}"
-    if port == 0:
-        return f"the port must be 1-65535: {url!r}"
-    host = parts.hostname
-    if not host or any(ch.isspace() for ch in host):
-        return f"the base URL needs a host name without spaces: {url!r}"
-    return None
-
-
-def _ollama_url(value: str) -> str:
-    """OLLAMA_HOST may be `host`, `host:port` or a URL, like the ollama CLI accepts."""
-    if value.startswith(("http://", "https://")):
-        return value
-    host = value.strip().rstrip("/")
-    if ":" not in host.rsplit("]", 1)[-1]:
-        host = f"{host}:{_OLLAMA_PORT}"
-    return f"http://{host}"
+        sandbox = SandboxPolicy.from_config(config)
+    prompt = system_prompt(system, append=config.agent.system_append, policy=sandbox, tools=not no_tools, today=today)
+    allowed = () if no_tools else (tuple(allow_tools) if allow_tools is not None else None)
+    streaming = not json_output and (streams_live(stdout) if stream is None else stream)
+    return RunOptions(system=prompt, allowed_tools=allowed, stream=streaming, json_output=json_output)
 
 
 async def run_agent_command(
@@ -194,15 +134,35 @@ async def run_agent_command(
     stderr: TextIO,
     environ: Mapping[str, str],
     http_client: httpx2.AsyncClient | None = None,
+    stream: bool | None = None,
+    sandbox: SandboxPolicy | None = None,
+    session: SessionHook | None = None,
 ) -> int:
-    """Run `omega-mcp agent` and return its exit code (0 ok, 1 failure, 2 configuration error)."""
+    """Run `omega-mcp agent` and return its exit code (0 ok, 1 failure, 2 configuration error).
+
+    `stream` None streams when stdout is read live (`output.streams_live`); `sandbox` is the
+    policy the tools run under, for the default system prompt. `session`, when given, runs the
+    prompts instead of the one `prompt` (a saved or resumed session, an interactive conversation:
+    `omega_mcp.agent.terminal`) with a runner for one prompt after a history, and returns the code.
+    """
+    printer = Printer(stdout, stderr, stream=False)
     try:
         settings = resolve_settings(
             config, provider=provider, model=model, base_url=base_url, max_turns=max_turns, environ=environ
         )
     except ConfigError as exc:
-        _line(stderr, f"omega-mcp agent: {exc}")
+        printer.note(str(exc))
         return 2
+    options = run_options(
+        config,
+        system=system,
+        no_tools=no_tools,
+        allow_tools=allow_tools,
+        json_output=json_output,
+        stream=stream,
+        stdout=stdout,
+        sandbox=sandbox,
+    )
     llm = create_provider(
         settings.provider,
         api_key=settings.api_key,
@@ -211,109 +171,134 @@ async def run_agent_command(
         anthropic_version=settings.anthropic_version,
         max_tokens=settings.max_tokens,
     )
-    allowed: list[str] | None = [] if no_tools else allow_tools
-    failure: str
-    partial: AgentResult | None = None
     try:
-        if allowed:
-            await _warn_unmatched(allowed, tools, stderr)
-        result = await run_agent(
-            prompt,
-            provider=llm,
-            tools=tools,
-            model=settings.model,
-            max_turns=settings.max_turns,
-            allowed_tools=allowed,
-            system=system,
-            on_event=lambda event: _report(stderr, event),
-        )
-    except MaxTurnsExceededError as exc:
-        failure = str(exc)
-        partial = exc.result if isinstance(exc.result, AgentResult) else None
-    except ProviderAuthError as exc:
-        hint = f" (check {settings.api_key_env})" if settings.api_key_env else ""
-        failure = f"{exc}{hint}"
-        partial = partial_result(exc)
-    except ProviderError as exc:
-        failure = str(exc)
-        partial = partial_result(exc)
-    except Exception as exc:  # the CLI boundary: one line, never a traceback
-        failure = f"internal error: {type(exc).__name__}: {exc}"
-    else:
-        if result.finish_reason in _CUT_OFF:
-            _line(stderr, f"omega-mcp agent: warning: the answer was cut off at the output token limit{_why(result)}")
-        elif not result.output.strip():
-            _line(stderr, f"omega-mcp agent: warning: the model returned an empty answer{_why(result)}")
-        elif result.finish_reason not in _NORMAL_STOP:  # a safety filter or refusal cut the answer short
-            _line(stderr, f"omega-mcp agent: warning: the model stopped early{_why(result)}")
-        if json_output:
-            _json_line(stdout, result.to_json())
-        else:
-            _line(stdout, result.output)
-        return 0
+        if options.allowed_tools:
+            await _warn_unmatched(options.allowed_tools, tools, printer)
+
+        async def run_one(text: str, history: Sequence[Message] = ()) -> PromptOutcome:
+            return await run_prompt(
+                text,
+                provider=llm,
+                tools=tools,
+                settings=settings,
+                options=options,
+                stdout=stdout,
+                stderr=stderr,
+                history=history,
+            )
+
+        if session is not None:
+            return await session(run_one, settings)
+        outcome = await run_one(prompt)
     finally:
         with anyio.CancelScope(shield=True):
             await llm.aclose()
-    _line(stderr, f"omega-mcp agent: {failure}")
-    if json_output:
-        data: dict[str, Any] = partial.to_json() if partial else {"output": None}
+    return outcome.code
+
+
+async def run_prompt(
+    prompt: str,
+    *,
+    provider: Provider,
+    tools: ToolHost,
+    settings: AgentSettings,
+    options: RunOptions,
+    stdout: TextIO,
+    stderr: TextIO,
+    history: Sequence[Message] = (),
+) -> PromptOutcome:
+    """Run one prompt (after `history`): route, loop, print the answer or the JSON, the warnings,
+    the usage line and the failure line. Never raises for a provider or loop failure: that is
+    `code` 1 with `failure` set."""
+    started = time.monotonic()
+    printer = Printer(stdout, stderr, stream=options.stream)
+    route: RouteChoice | None = None
+    model = settings.model
+    result: AgentResult | None = None
+    try:
+        if settings.route is not None:
+            route = await choose_model(provider, settings.route, prompt)
+            model = route.model
+            printer.note(route.describe())
+        result = await run_agent(
+            prompt,
+            provider=StreamedTurns(provider, printer) if options.stream else provider,
+            tools=tools,
+            model=model,
+            max_turns=settings.max_turns,
+            allowed_tools=options.allowed_tools,
+            system=options.system,
+            on_event=printer.event,
+            history=history,
+            on_text=printer.text if options.stream else None,
+        )
+    except MaxTurnsExceededError as exc:
+        failure = str(exc)
+        result = exc.result if isinstance(exc.result, AgentResult) else None
+    except ProviderAuthError as exc:
+        hint = f" (check {settings.api_key_env})" if settings.api_key_env else ""
+        failure = f"{exc}{hint}"
+        result = partial_result(exc)
+    except ProviderError as exc:
+        failure = str(exc)
+        result = partial_result(exc)
+    except Exception as exc:  # the CLI boundary: one line, never a traceback
+        failure = f"internal error: {type(exc).__name__}: {exc}"
+    else:
+        result = _with_usage(result, route.usage if route else Usage())
+        _warn_about_answer(result, printer)
+        if options.json_output:
+            json_line(stdout, _json(result, model, route))
+        else:
+            printer.answer(result.output)
+        printer.note(usage_line(result.turns, result.usage, time.monotonic() - started))
+        return PromptOutcome(0, result, None, model, route)
+    extra = route.usage if route else Usage()
+    result = _with_usage(result, extra) if result is not None else None
+    if result is not None and (result.turns or result.usage != Usage()):
+        printer.note(usage_line(result.turns, result.usage, time.monotonic() - started))
+    elif result is None and extra != Usage():
+        printer.note(usage_line(0, extra, time.monotonic() - started))
+    printer.note(failure)
+    if options.json_output:
+        data: dict[str, Any] = (
+            _json(result, model, route)
+            if result
+            else {"output": None, "model": model, "route": route.to_json() if route else None}
+        )
         if not data["output"]:
             data["output"] = None
         data["error"] = failure
-        _json_line(stdout, data)
-    return 1
+        json_line(stdout, data)
+    return PromptOutcome(1, result, failure, model, route)
+
+
+def _with_usage(result: AgentResult, extra: Usage) -> AgentResult:
+    """`result` with the classification request's tokens counted in (it is not a turn)."""
+    return result if extra == Usage() else dataclasses.replace(result, usage=extra + result.usage)
+
+
+def _json(result: AgentResult, model: str, route: RouteChoice | None) -> dict[str, Any]:
+    return {**result.to_json(), "model": model, "route": route.to_json() if route else None}
+
+
+def _warn_about_answer(result: AgentResult, printer: Printer) -> None:
+    if result.finish_reason in _CUT_OFF:
+        printer.note(f"warning: the answer was cut off at the output token limit{_why(result)}")
+    elif not result.output.strip():
+        printer.note(f"warning: the model returned an empty answer{_why(result)}")
+    elif result.finish_reason not in _NORMAL_STOP:  # a safety filter or refusal cut the answer short
+        printer.note(f"warning: the model stopped early{_why(result)}")
 
 
 def _why(result: AgentResult) -> str:
     return f" (finish reason: {result.finish_reason})" if result.finish_reason else ""
 
 
-async def _warn_unmatched(globs: list[str], tools: ToolHost, stderr: TextIO) -> None:
+async def _warn_unmatched(globs: Sequence[str], tools: ToolHost, printer: Printer) -> None:
     """A typo in --allow-tool would silently leave the model without the tool it needs."""
     names = [tool.name for tool in await tools.list_tools()]
     for glob in globs:
         if not any(fnmatch.fnmatchcase(name, glob) for name in names):
             shown = ", ".join(names[:_LISTED]) + (", ..." if len(names) > _LISTED else "")
-            _line(stderr, f"omega-mcp agent: warning: --allow-tool {glob!r} matches no tool (available: {shown})")
-
-
-def _report(stream: TextIO, event: AgentEvent) -> None:
-    if isinstance(event, TextEvent):
-        if not event.final:  # the final answer goes to stdout only
-            _line(stream, event.text)
-    elif isinstance(event, ToolCallEvent):
-        arguments = (
-            "(unparsable arguments)" if event.arguments is None else json.dumps(event.arguments, ensure_ascii=False)
-        )
-        suffix = "" if event.run else " (not run: turn limit reached)"
-        _line(stream, f"[tool] {event.name} {_shorten(arguments)}{suffix}")
-    elif isinstance(event, ToolResultEvent):
-        label = "error" if event.is_error else "result"
-        _line(stream, f"[{label}] {event.name}: {_shorten(event.text)}")
-    # Thinking is not shown: it can be long, and the answer matters more.
-
-
-def _shorten(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _SHORT else f"{flat[:_SHORT]}... ({len(text)} chars)"
-
-
-def _line(stream: TextIO, text: str) -> None:
-    line = text if text.endswith("\n") else text + "\n"
-    try:
-        stream.write(line)
-    except UnicodeEncodeError:
-        # A terminal that cannot show the text (LANG=C, old consoles): escape rather than crash.
-        encoding = stream.encoding or "ascii"
-        stream.write(line.encode(encoding, "backslashreplace").decode(encoding))
-    stream.flush()
-
-
-def _json_line(stream: TextIO, data: dict[str, Any]) -> None:
-    """One JSON object; plain ASCII escapes when the stream cannot encode the text itself."""
-    text = json.dumps(data, ensure_ascii=False)
-    try:
-        text.encode(stream.encoding or "utf-8")
-    except (UnicodeEncodeError, LookupError):
-        text = json.dumps(data)
-    _line(stream, text)
+            printer.note(f"warning: --allow-tool {glob!r} matches no tool (available: {shown})")

@@ -5,6 +5,12 @@ turn run concurrently in a task group and their results go back in call order, e
 Unknown tools, unparsable arguments, tool errors, exceptions and timeouts all become error results
 the model can act on, and a result too large for the context window is cut in the middle; only
 provider failures and the turn limit end the loop with an exception.
+When the provider refuses a request because the conversation no longer fits the context window
+(`ContextOverflowError`), the oldest tool results are replaced by one-line stubs (the latest turn's
+results are kept whenever older ones exist; call ids and order never change, so every wire format
+still pairs calls with results), a `ContextElidedEvent` is emitted, and the request is made once
+more; a second overflow of that request ends the run. The elided conversation is the one the run
+continues with and returns.
 The loop knows neither MCP transports nor wire formats: tools come from a `ToolHost`, turns from
 a `Provider`.
 """
@@ -19,10 +25,11 @@ import anyio
 from mcp import types
 
 from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped, result_parts
-from omega_mcp.errors import MaxTurnsExceededError, ProviderError, ToolError
+from omega_mcp.errors import ContextOverflowError, MaxTurnsExceededError, ProviderError, ToolError
 from omega_mcp.messages import (
     AssistantMessage,
     Message,
+    ModelResponse,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -38,11 +45,13 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "AgentEvent",
     "AgentResult",
+    "ContextElidedEvent",
     "TextEvent",
     "ThinkingEvent",
     "ToolCallEvent",
     "ToolHost",
     "ToolResultEvent",
+    "elide_tool_results",
     "partial_result",
     "run_agent",
 ]
@@ -51,6 +60,7 @@ DEFAULT_MAX_TURNS = 25
 DEFAULT_TOOL_TIMEOUT_SECONDS = 900.0
 """A backstop only: bash (max 600 s) and downstream calls enforce their own, shorter timeouts."""
 _PARTIAL = "omega_partial_result"  # attribute on a ProviderError holding the run so far
+_ELIDED = "[elided: output of "
 
 
 class ToolHost(Protocol):
@@ -101,7 +111,16 @@ class ToolResultEvent:
     is_error: bool
 
 
-AgentEvent = TextEvent | ThinkingEvent | ToolCallEvent | ToolResultEvent
+@dataclass(frozen=True, slots=True)
+class ContextElidedEvent:
+    """The conversation overflowed the context window: `count` older tool results (`characters` in
+    all) were replaced by stubs, and the request is being made once more."""
+
+    count: int
+    characters: int
+
+
+AgentEvent = TextEvent | ThinkingEvent | ToolCallEvent | ToolResultEvent | ContextElidedEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +168,14 @@ async def run_agent(
     `max_result_chars` reaches the model cut in the middle, with its full size. `history` is an
     earlier conversation this prompt continues (a resumed session); the result's `messages` hold it
     too. With `on_text` the provider streams and answer text reaches `on_text` as it arrives.
+    A request refused for overflowing the context window is made once more with the older tool
+    results elided (`elide_tool_results`, announced by a `ContextElidedEvent`).
 
     Raises:
         MaxTurnsExceededError: the model still called tools in request number `max_turns`
             (`.result` holds the conversation so far; those calls are not run).
+        ContextOverflowError: the conversation did not fit the context window even with older tool
+            results elided, or there was nothing to elide.
         ProviderError: the provider failed (after its retries); `partial_result(exc)` gives the
             turns, usage and conversation before the failure.
         ValueError: `max_turns` is less than 1.
@@ -166,8 +189,8 @@ async def run_agent(
     usage = Usage()
     for turn in range(1, max_turns + 1):
         try:
-            response = await provider.request(
-                model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
+            response = await _request_fitting(
+                provider, model=model, system=system, messages=messages, catalog=catalog, emit=emit, on_text=on_text
             )
         except ProviderError as exc:
             # What the run cost and said so far still matters to the caller (`--json`, billing).
@@ -198,6 +221,97 @@ def partial_result(exc: BaseException) -> AgentResult | None:
 
 def _ignore(_event: AgentEvent) -> None:
     return None
+
+
+async def _request_fitting(
+    provider: Provider,
+    *,
+    model: str,
+    system: str | None,
+    messages: list[Message],
+    catalog: ToolCatalog,
+    emit: Callable[[AgentEvent], None],
+    on_text: Callable[[str], None] | None,
+) -> ModelResponse:
+    """The next turn; on a context overflow, elide older tool results in `messages` and try once more."""
+    try:
+        return await provider.request(
+            model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
+        )
+    except ContextOverflowError as exc:
+        count, characters = elide_tool_results(messages, lambda name: catalog.tool_name(name) or name)
+        if count == 0:
+            raise ContextOverflowError(
+                f"the conversation does not fit the model's context window and has no tool results to elide: {exc}",
+                status_code=exc.status_code,
+            ) from exc
+        emit(ContextElidedEvent(count, characters))
+    try:
+        return await provider.request(
+            model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
+        )
+    except ContextOverflowError as exc:
+        raise ContextOverflowError(
+            f"the conversation does not fit the model's context window even with {count} older tool "
+            f"result{'' if count == 1 else 's'} elided: {exc}",
+            status_code=exc.status_code,
+        ) from exc
+
+
+def elide_tool_results(messages: list[Message], tool_name: Callable[[str], str] = str) -> tuple[int, int]:
+    """Replace the oldest tool results of `messages` (in place) by one-line stubs.
+
+    Oldest first, until at least half the characters of the candidates are gone. The candidates are
+    the results not yet elided outside the last `ToolResultsMessage` (the latest turn's results),
+    or, when there are none, that message's own results. Call ids, names, `is_error` and the order
+    of the messages stay as they were. `tool_name` maps a call's wire name to the name shown in the
+    stub. Returns how many results were elided and their characters (base64 image data included).
+    """
+    places = [
+        (index, position)
+        for index, message in enumerate(messages)
+        if isinstance(message, ToolResultsMessage)
+        for position, result in enumerate(message.results)
+        if not _is_stub(result)
+    ]
+    last = max((index for index, m in enumerate(messages) if isinstance(m, ToolResultsMessage)), default=-1)
+    candidates = [place for place in places if place[0] != last] or places
+    total = sum(_size(_result_at(messages, place)) for place in candidates)
+    chosen: dict[int, dict[int, ToolResult]] = {}
+    removed = 0
+    for index, position in candidates:
+        if chosen and removed * 2 >= total:
+            break
+        result = _result_at(messages, (index, position))
+        size = _size(result)
+        stub = f"{_ELIDED}{tool_name(result.name)}, {size:,} characters, to fit the context window]"
+        chosen.setdefault(index, {})[position] = ToolResult(
+            result.call_id, result.name, (TextPart(stub),), is_error=result.is_error
+        )
+        removed += size
+    for index, stubs in chosen.items():
+        message = messages[index]
+        assert isinstance(message, ToolResultsMessage)
+        messages[index] = ToolResultsMessage(tuple(stubs.get(i, r) for i, r in enumerate(message.results)))
+    return sum(len(stubs) for stubs in chosen.values()), removed
+
+
+def _result_at(messages: list[Message], place: tuple[int, int]) -> ToolResult:
+    message = messages[place[0]]
+    assert isinstance(message, ToolResultsMessage)
+    return message.results[place[1]]
+
+
+def _size(result: ToolResult) -> int:
+    return sum(len(part.text) if isinstance(part, TextPart) else len(part.data) for part in result.content)
+
+
+def _is_stub(result: ToolResult) -> bool:
+    match result.content:
+        case (TextPart(text=text),):
+            return text.startswith(_ELIDED) and text.endswith("to fit the context window]")
+        case _:
+            return False
 
 
 def _emit_parts(

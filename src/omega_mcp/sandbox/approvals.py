@@ -6,7 +6,8 @@ consumed by the one write it was asked for (in `paths.open_write_parent`, when t
 is opened, which then refuses every symbolic link on the way so the write lands exactly at the path
 the user saw) and ignored after `GRANT_SECONDS`. How the user is asked is the front-end's business: an
 `Approver` callback (MCP elicitation lives in `server/approver.py`); no answer, a decline or no way to
-ask is a denial. Nothing here knows MCP.
+ask is a denial; an approver may also raise a `ToolError` to deny with its own message (the
+terminal's "Operation canceled by user"). Nothing here knows MCP.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -21,9 +23,18 @@ import anyio
 from omega_mcp.errors import PathDeniedError
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["GRANT_SECONDS", "Approver", "Grants", "approval_question", "with_approval"]
+__all__ = ["GRANT_SECONDS", "ApprovalRequest", "Approver", "Grants", "approval_question", "with_approval"]
 
-Approver = Callable[[str], Awaitable[bool]]
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A write the policy refused that the user may allow: the lexical absolute path, and why it was refused."""
+
+    path: str
+    reason: str
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[bool]]
 """Asks the user whether omega may write this path once: True only on an explicit approval."""
 
 GRANT_SECONDS = 300.0
@@ -72,6 +83,7 @@ async def with_approval(
 
     Raises:
         PathDeniedError: refused, not askable, or the user did not approve (the file is untouched).
+        ToolError: what the approver raised to deny (the file is untouched).
     """
     if policy.on_denied != "ask" or approve is None or grants is None:
         return await anyio.to_thread.run_sync(attempt, None)
@@ -81,7 +93,7 @@ async def with_approval(
         if not exc.askable:
             raise
         denied = exc
-    if not await approve(str(path)):
+    if not await approve(ApprovalRequest(str(path), denied.reason)):
         raise PathDeniedError(denied.path, f"{denied.reason}; the user did not approve this write")
     grants.grant(path)
     return await anyio.to_thread.run_sync(attempt, grants) + " — approved by the user for this one write"

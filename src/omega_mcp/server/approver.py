@@ -15,7 +15,7 @@ from mcp import types
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from omega_mcp.sandbox.approvals import Approver, approval_question
+from omega_mcp.sandbox.approvals import ApprovalRequest, Approver, approval_question
 
 __all__ = ["ASK_SECONDS", "elicitation_approver"]
 
@@ -42,7 +42,8 @@ def elicitation_approver(session: ServerSession, request_id: types.RequestId | N
     ):
         return None
 
-    async def approve(path: str) -> bool:
+    async def approve(request: ApprovalRequest) -> bool:
+        path = request.path
         with anyio.move_on_after(ASK_SECONDS):
             try:
                 result = await session.elicit_form(approval_question(path), _EMPTY_FORM, related_request_id=request_id)
