@@ -12,6 +12,8 @@ boundary, never raised through the MCP server.
     │   ├── PathDeniedError        the sandbox policy refuses a path ("denied", names the path)
     │   ├── SandboxUnavailableError the OS sandbox cannot be applied and the config requires it
     │   └── DownstreamError        a downstream server is down, timed out or failed
+    ├── OAuthError             OAuth for a remote server (`auth = "oauth"`) failed (login, discovery, tokens)
+    │   └── LoginRequiredError     no usable tokens: the user must run `omega-mcp login SERVER`
     ├── ProviderError          an LLM provider request failed (agent loop)
     │   ├── ProviderAuthError      authentication / permission / quota: never retried
     │   └── ProviderHTTPError      any other non-success answer after retries
@@ -31,7 +33,9 @@ __all__ = [
     "ContextOverflowError",
     "DownstreamError",
     "InvalidArgumentsError",
+    "LoginRequiredError",
     "MaxTurnsExceededError",
+    "OAuthError",
     "OmegaError",
     "PathDeniedError",
     "ProviderAuthError",
@@ -117,6 +121,21 @@ class SandboxUnavailableError(ToolError):
 
 class DownstreamError(ToolError):
     """A downstream MCP server is unavailable, timed out, or failed the request."""
+
+
+class OAuthError(OmegaError):
+    """OAuth for a remote server failed: login, metadata discovery, registration or a token exchange."""
+
+
+class LoginRequiredError(OAuthError):
+    """A remote server with `auth = "oauth"` has no usable tokens; only `omega-mcp login` can get them.
+
+    The message is the status the server shows everywhere: `needs login: run omega-mcp login NAME`.
+    """
+
+    def __init__(self, server_name: str) -> None:
+        self.server_name = server_name
+        super().__init__(f"needs login: run omega-mcp login {server_name}")
 
 
 class ProviderError(OmegaError):

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 
 import anyio
 
-from omega_mcp.cli.agent import run_agent
+from omega_mcp.cli.agent import converses, run_agent
 from omega_mcp.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, say
+from omega_mcp.cli.login import DEFAULT_LOGIN_TIMEOUT, run_login, run_logout
 from omega_mcp.cli.oneshot import run_call, run_tools
 from omega_mcp.cli.register import run_claude_config, run_import
 from omega_mcp.cli.serve import run_serve
@@ -132,14 +133,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(call)
 
     agent = sub.add_parser("agent", help="run the agent loop with an HTTP LLM provider over the same tools")
-    agent.add_argument("prompt", metavar="PROMPT", help="the task for the model")
+    agent.add_argument(
+        "prompt",
+        metavar="PROMPT",
+        nargs="?",
+        help="the task for the model (default: read from stdin; when stdin is a terminal, an interactive "
+        "conversation: Enter sends, Ctrl-C cancels a turn, Ctrl-D or /exit leaves)",
+    )
     agent.add_argument(
         "--provider",
         choices=("openai", "anthropic", "ollama", "openrouter", "gemini"),
         help="LLM provider (default: [agent] provider in servers.toml)",
     )
     agent.add_argument(
-        "--model", metavar="M", help="model name (default: [agent] model, else the provider's default model)"
+        "--model",
+        metavar="M",
+        help="model name, or 'auto': classify the prompt on [agent] model_fast (no tools), then run on "
+        "model_fast or model_complex (default: [agent] model, or auto with [agent] route = true, else the "
+        "provider's default model)",
     )
     agent.add_argument(
         "--base-url",
@@ -160,11 +171,36 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GLOB",
         help="offer only the tools matching GLOB, e.g. 'mcp__time__*' (repeatable; default: every tool)",
     )
-    agent.add_argument("--system", metavar="TEXT", help="system prompt (default: none)")
+    agent.add_argument(
+        "--system",
+        metavar="TEXT",
+        help="system prompt replacing the built-in one ('' sends none) (default: the built-in prompt naming the "
+        "workspace, sandbox mode, date and tool names, plus [agent] system_append)",
+    )
     agent.add_argument(
         "--json",
         action="store_true",
-        help='print one JSON object {"output", "turns", "usage", "messages"} instead of the answer',
+        help='print one JSON object {"output", "turns", "usage", "messages", "model", "route"} instead of the '
+        "answer (never streamed)",
+    )
+    agent.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="print only the final answer on stdout, once it is complete (default: stream text to stdout as it "
+        "arrives when stdout is a terminal or a pipe)",
+    )
+    resume = agent.add_mutually_exclusive_group()
+    resume.add_argument(
+        "--continue",
+        dest="continue_latest",
+        action="store_true",
+        help="continue the most recent saved session (runs are saved in $OMEGA_HOME/sessions/)",
+    )
+    resume.add_argument("--resume", metavar="ID", help="continue the saved session ID (see --sessions)")
+    agent.add_argument(
+        "--sessions",
+        action="store_true",
+        help="list the saved sessions, newest first (id, time, provider, model, first prompt), and exit",
     )
     _add_common(agent)
 
@@ -203,6 +239,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="point Claude Code at a running hub (e.g. http://127.0.0.1:8765/mcp) instead of starting omega; "
         "the hub has its own workspace and mode",
     )
+
+    login = sub.add_parser(
+        "login",
+        help='log in to a remote server with auth = "oauth" (browser flow; tokens in $OMEGA_HOME/state/oauth/)',
+        epilog="Exit codes: 0 logged in, 1 the login failed or timed out, 2 no such server or no OAuth for it.",
+    )
+    login.add_argument("server", metavar="SERVER", help='the [servers.NAME] to log in to (a url with auth = "oauth")')
+    login.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_LOGIN_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the browser to come back (default: {DEFAULT_LOGIN_TIMEOUT:g})",
+    )
+    _add_common(login, sandbox_flags=False)
+    logout = sub.add_parser("logout", help="forget a server's OAuth tokens and registered client")
+    logout.add_argument("server", metavar="SERVER", help="the [servers.NAME] to log out of")
+    _add_common(logout, sandbox_flags=False)
     return parser
 
 
@@ -230,6 +284,8 @@ def _setup_logging(level_name: str) -> None:
 async def _dispatch(config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts) -> int:
     if args.command == "serve":
         return await run_serve(config, args, guard, early)
+    if converses(args):  # the conversation handles SIGINT itself: Ctrl-C cancels a turn, not omega
+        return await run_agent(config, args, sys.stdout, early, guard)
     # A one-shot command stops on SIGINT/SIGTERM through the same bounded cleanup (its bash tree is
     # killed) and exits 128 + the signal, printing no half result. Without this, KeyboardInterrupt
     # lands at a random await and a cut-short bash call could be reported as a timeout.
@@ -253,6 +309,10 @@ async def _one_shot(config: Config, args: argparse.Namespace, early: EarlyStarts
             return await run_agent(config, args, out, early)
         case "import":
             return run_import(config, args, out)
+        case "login":
+            return await run_login(config, args, out)
+        case "logout":
+            return run_logout(config, args, out)
         case _:
             return run_claude_config(config, args, out)
 
@@ -331,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(args.log_level)
         _refuse_recursion(args)
         config = _load(args)
-        if args.command in ("serve", "tools", "call", "agent"):
+        if args.command in ("serve", "tools", "call", "agent", "login"):
             check_trust(config, args)  # before any server starts: a planted config's never runs
         _warn_if_root(args)
         guard.hold()  # from here on a signal must reach the cleanup that stops the servers
@@ -340,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Downstream servers start loading now, while omega itself is still importing the SDK
                 # (not for a command that cannot use them: claude-config, import, a built-in call,
                 # agent --no-tools).
-                early.start(config)
+                early.start(config, serving=args.command == "serve")
             return _run(config, args, guard, early)
     except (ConfigError, UsageError) as exc:
         for line in str(exc).splitlines() or [""]:  # a ConfigError may carry several problems, one a line
