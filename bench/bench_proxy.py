@@ -192,6 +192,7 @@ async def run(calls: int) -> dict[str, Any]:
         "direct": (_params(downstream), "echo", "legacy"),
         "omega": (_omega(single, home), "mcp__echo__echo", "legacy"),
         "omega_2026_client": (_omega(single, home), "mcp__echo__echo", "auto"),
+        "direct_2026_client": (_params(downstream), "echo", "auto"),
     }
     results: dict[str, Any] = dict(await _measure(paths, calls))
     specs = [DownstreamSpec(f"s{i}", _params([sys.executable, *slow])) for i in range(8)]
@@ -202,19 +203,21 @@ async def run(calls: int) -> dict[str, Any]:
 
 def table(results: dict[str, Any]) -> str:
     direct, omega, modern = results["direct"], results["omega"], results["omega_2026_client"]
+    direct_modern = results["direct_2026_client"]
     rows = [
         "| path | tools/call p50 | p99 | throughput, 64 in flight |",
         "|---|---|---|---|",
     ]
-    for label, row in (
-        ("direct (client → downstream)", direct),
-        ("through omega", omega),
-        ("through omega, 2026-era client", modern),
+    for label, row, base in (
+        ("direct (client → downstream)", direct, direct),
+        ("through omega", omega, direct),
+        ("direct, 2026-era client", direct_modern, direct_modern),
+        ("through omega, 2026-era client", modern, direct_modern),
     ):
         rows.append(
-            f"| {label} | {row['p50_ms']:.2f} ms ({row['p50_ms'] / direct['p50_ms']:.2f}x) "
+            f"| {label} | {row['p50_ms']:.2f} ms ({row['p50_ms'] / base['p50_ms']:.2f}x) "
             f"| {row['p99_ms']:.2f} ms | {row['calls_per_s']:.0f} calls/s "
-            f"({row['calls_per_s'] / direct['calls_per_s']:.2f}x) |"
+            f"({row['calls_per_s'] / base['calls_per_s']:.2f}x) |"
         )
     rows += [
         "",

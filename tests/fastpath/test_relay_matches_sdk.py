@@ -1,10 +1,11 @@
 """The relay is an optimisation only: the same calls through it and through the SDK path agree.
 
 One omega (Toolbox + Downstreams + server) in process, with the stdlib fixture server as a stdio
-downstream, serves three clients: over pipes with the relay (handshake era), over pipes without it
-(the server's own fast path), and in memory in the 2026-07-28 era (the SDK's model path, the
-reference). Every call's result, error or progress must be the same on all three; the fixture's
-log shows which calls the relay actually took.
+downstream, serves clients over pipes with the relay and without it (the server's own fast path),
+in both eras (handshake and 2026-07-28), and in memory in the 2026-07-28 era (the SDK's model
+path, the reference). Every call's result, error or progress must be the same on all of them (a
+2026-era answer over pipes, envelope included: `resultType` and the serverInfo stamp); the
+fixture's log shows which calls the relay actually took.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 
 
 @asynccontextmanager
-async def _pipe_client(server: OmegaServer, *, relay: bool) -> AsyncIterator[mcp.Client]:
-    """A handshake-era SDK client talking to `server` over two real pipes."""
+async def _pipe_client(server: OmegaServer, *, relay: bool, mode: str = "legacy") -> AsyncIterator[mcp.Client]:
+    """An SDK client (`legacy`: handshake era, `auto`: 2026-07-28) talking to `server` over two real pipes."""
     to_server_r, to_server_w = os.pipe()
     to_client_r, to_client_w = os.pipe()
     open_fds = {to_server_r, to_server_w, to_client_r, to_client_w}
@@ -65,7 +66,7 @@ async def _pipe_client(server: OmegaServer, *, relay: bool) -> AsyncIterator[mcp
     try:
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(serve)
-            async with mcp.Client(transport(), mode="legacy") as client:
+            async with mcp.Client(transport(), mode=mode) as client:  # pyright: ignore[reportArgumentType]
                 yield client
             os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
             open_fds.discard(to_server_w)
@@ -76,7 +77,9 @@ async def _pipe_client(server: OmegaServer, *, relay: bool) -> AsyncIterator[mcp
             os.close(fd)
 
 
-async def _outcome(client: mcp.Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+async def _outcome(
+    client: mcp.Client, name: str, arguments: dict[str, Any], *, envelope: bool = False
+) -> dict[str, Any]:
     updates: list[tuple[float, float | None, str | None]] = []
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
@@ -87,8 +90,9 @@ async def _outcome(client: mcp.Client, name: str, arguments: dict[str, Any]) -> 
     except MCPError as exc:
         return {"error": exc.message, "code": exc.code}
     dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    dumped.pop("_meta", None)
-    dumped.pop("resultType", None)  # the 2026 envelope's own field
+    if not envelope:
+        dumped.pop("_meta", None)
+        dumped.pop("resultType", None)  # the 2026 envelope's own field
     return {"result": dumped, "progress": updates}
 
 
@@ -113,15 +117,20 @@ async def test_every_call_has_the_same_outcome_through_the_relay_and_the_sdk_pat
         expected = [await _outcome(reference, name, args) for name, args in CALLS]
     sdk_calls = len([m for m in _received(log) if m.get("method") == "tools/call"])
 
+    async with mcp.Client(server, mode="auto") as reference:
+        enveloped = [await _outcome(reference, name, args, envelope=True) for name, args in CALLS]
+
     for relay in (False, True):
-        before = len(_received(log))
-        async with _pipe_client(server, relay=relay) as client:
-            got = [await _outcome(client, name, args) for name, args in CALLS]
-        assert got == expected, f"relay={relay}"
-        ids = [str(m["id"]) for m in _received(log)[before:] if m.get("method") == "tools/call"]
-        assert len(ids) == sdk_calls
-        relayed = [i for i in ids if i.startswith("omega-relay-")]
-        assert (len(relayed) == len(ids)) if relay else not relayed
+        for mode in ("legacy", "auto"):
+            before = len(_received(log))
+            async with _pipe_client(server, relay=relay, mode=mode) as client:
+                got = [await _outcome(client, name, args, envelope=mode == "auto") for name, args in CALLS]
+            assert got == (enveloped if mode == "auto" else expected), f"relay={relay} mode={mode}"
+            ids = [str(m["id"]) for m in _received(log)[before:] if m.get("method") == "tools/call"]
+            assert len(ids) == sdk_calls
+            relayed = [i for i in ids if i.startswith("omega-relay-")]
+            assert (len(relayed) == len(ids)) if relay else not relayed, f"relay={relay} mode={mode}"
+    assert all(o["result"]["resultType"] == "complete" and o["result"]["_meta"] for o in enveloped if "result" in o)
 
     assert any("timed out" in json.dumps(outcome) for outcome in expected)
     assert any("error" in outcome for outcome in expected)
@@ -133,5 +142,6 @@ async def test_progress_is_the_same_through_the_relay_and_the_sdk_path(omega: tu
         expected = await _outcome(reference, "mcp__fx__progress", {})
     assert expected["progress"], "the fixture reports progress to a caller that asks for it"
     for relay in (False, True):
-        async with _pipe_client(server, relay=relay) as client:
-            assert await _outcome(client, "mcp__fx__progress", {}) == expected
+        for mode in ("legacy", "auto"):
+            async with _pipe_client(server, relay=relay, mode=mode) as client:
+                assert await _outcome(client, "mcp__fx__progress", {}) == expected, f"relay={relay} mode={mode}"

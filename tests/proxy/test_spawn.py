@@ -77,3 +77,21 @@ def test_a_changed_command_line_is_not_adopted(tmp_path: Path, early: spawn.Earl
     adopted.process.wait(timeout=5)
     for fd in (adopted.stdin, adopted.stdout, adopted.stderr):
         os.close(fd)
+
+
+@pytest.mark.parametrize("serving", [True, False])
+async def test_the_early_initialize_declares_what_omega_can_pass_on(
+    rwx_policy: SandboxPolicy, tmp_path: Path, early: spawn.EarlyStarts, serving: bool
+):
+    """Under `serve` a server's sampling, elicitation and roots requests reach the client, so the early
+    `initialize` says so (a TypeScript SDK server checks before it asks); a one-shot command has only roots."""
+    log = tmp_path / "received.jsonl"
+    config = load_config(_config(tmp_path, "--log-file", str(log)))
+    early.start(config, serving=serving)
+    async with Downstreams.from_config(config, early=early) as downstreams, Toolbox(rwx_policy, downstreams):
+        await downstreams.wait_ready()
+    received = [json.loads(line) for line in log.read_text().splitlines()]
+    [initialize] = [m for m in received if m.get("method") == "initialize"]
+    capabilities = initialize["params"]["capabilities"]
+    assert "roots" in capabilities
+    assert ("sampling" in capabilities and "elicitation" in capabilities) == serving

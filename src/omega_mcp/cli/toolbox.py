@@ -6,29 +6,37 @@ command cannot use them (`needs_servers`: a `call` of a built-in tool, `agent --
 asks the same function before `EarlyStarts.start` (proxy/spawn.py). The sandbox, proxy and toolbox
 modules are imported inside the functions: the SDK must not load before that early start.
 One-shot commands look once and exit, so their servers never announce a retry (`one_shot`).
+The servers' sampling, elicitation and roots requests are routed by `proxy/client_requests.py`:
+to the MCP clients under `serve`, to omega's own provider where `[sampling]` configures one
+(resolved here as the agent's settings are), and to the workspace for roots.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import re
 from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omega_mcp.cli.common import UsageError
 from omega_mcp.cli.trust import policy_for
-from omega_mcp.config import Config
+from omega_mcp.config import AgentConfig, Config
 from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.spawn import EarlyStarts
 
 if TYPE_CHECKING:
     from omega_mcp.names import Naming
+    from omega_mcp.proxy.sampling import ProviderSampler
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
 __all__ = ["BUILTIN_TOOL_NAMES", "SERVE_STARTUP_WAIT_SECONDS", "needs_servers", "open_toolbox"]
+
+logger = logging.getLogger(__name__)
 
 BUILTIN_TOOL_NAMES = frozenset({"bash", "read", "write", "edit", "bash_output", "kill_shell"})
 """The names in `omega_mcp.builtin.schemas.BUILTIN_TOOLS` (a test keeps them equal), known here
@@ -44,7 +52,7 @@ def needs_servers(args: argparse.Namespace) -> bool:
     if args.command == "call":
         return str(args.tool).casefold() not in BUILTIN_TOOL_NAMES
     if args.command == "agent":
-        return not args.no_tools
+        return not args.no_tools and not args.sessions  # `--sessions` only lists the saved sessions
     return args.command in ("serve", "tools")
 
 
@@ -87,6 +95,58 @@ def _naming(config: Config, args: argparse.Namespace) -> Naming:
     return Naming(client_prefix=prefix, style=args.names or config.hub.names)
 
 
+def sampler_for(config: Config) -> ProviderSampler | None:
+    """omega's provider for downstream sampling requests (`[sampling]`), or None when none is set.
+
+    Keys and base URLs resolve as the agent's do (`resolve_settings`; no flags). A `[sampling]` that
+    cannot be resolved (say its API key is not set) is reported once on stderr, and the sampler
+    refuses every request with that reason: the hub itself keeps working.
+    """
+    from omega_mcp.agent.command import resolve_model, resolve_settings
+    from omega_mcp.proxy.sampling import ProviderSampler, SamplingSettings
+
+    sampling = config.sampling
+    if sampling.provider is None:
+        return None
+    own = AgentConfig(
+        provider=sampling.provider,
+        model=sampling.model,
+        model_fast=sampling.model_fast,
+        model_complex=sampling.model_complex,
+        base_url=sampling.base_url,
+        api_key_env=sampling.api_key_env,
+        anthropic_version=config.agent.anthropic_version,
+    )
+    try:
+        resolved = resolve_settings(
+            config.model_copy(update={"agent": own}),
+            provider=sampling.provider,
+            model=None,
+            base_url=None,
+            max_turns=None,
+            environ=os.environ,
+        )
+    except ConfigError as exc:
+        problem = "; ".join(
+            line.replace("agent.", "sampling.").replace("[agent]", "[sampling]") for line in exc.problems
+        )
+        logger.warning("[sampling] is not usable, sampling requests will be refused: %s", problem)
+        return ProviderSampler(None, problem=problem)
+    settings = SamplingSettings(
+        provider=resolved.provider,
+        model=resolved.model,
+        model_fast=resolve_model(own, "fast", provider=resolved.provider),
+        model_complex=resolve_model(own, "complex", provider=resolved.provider),
+        base_url=resolved.base_url,
+        api_key=resolved.api_key,
+        mode=sampling.mode,
+        allow=frozenset(sampling.allow),
+        max_tokens=sampling.max_tokens,
+        anthropic_version=resolved.anthropic_version,
+    )
+    return ProviderSampler(settings)
+
+
 @asynccontextmanager
 async def open_toolbox(
     config: Config, args: argparse.Namespace, early: EarlyStarts | None = None, *, with_servers: bool = True
@@ -99,18 +159,28 @@ async def open_toolbox(
     `with_servers=False` no server is started: the Toolbox has the built-ins only, and the
     Downstreams yielded is empty.
     """
+    from omega_mcp.proxy.client_requests import ClientRequests
     from omega_mcp.proxy.supervisor import Downstreams
     from omega_mcp.toolbox import Toolbox
 
     policy = policy_for(config, args)
     _ensure_workspace(policy.workspace, config, args)
     startup_wait = SERVE_STARTUP_WAIT_SECONDS if args.command == "serve" else None
-    if with_servers:
-        # A one-shot command looks once and exits: it neither announces nor promises a retry.
-        one_shot = args.command != "serve"
-        downstreams = Downstreams.from_config(config, startup_wait_seconds=startup_wait, early=early, one_shot=one_shot)
-    else:
-        downstreams = Downstreams([])
-    toolbox = Toolbox(policy, downstreams if with_servers and config.servers else None, naming=_naming(config, args))
-    async with downstreams, toolbox:
-        yield toolbox, downstreams
+    async with AsyncExitStack() as stack:
+        if with_servers:
+            # A one-shot command looks once and exits: it neither announces nor promises a retry.
+            one_shot = args.command != "serve"
+            sampler = sampler_for(config) if config.servers else None
+            if sampler is not None:
+                await stack.enter_async_context(sampler)
+            requests = ClientRequests(serving=args.command == "serve", sampler=sampler)
+            downstreams = Downstreams.from_config(
+                config, startup_wait_seconds=startup_wait, early=early, one_shot=one_shot, client_requests=requests
+            )
+        else:
+            downstreams = Downstreams([])
+        toolbox = Toolbox(
+            policy, downstreams if with_servers and config.servers else None, naming=_naming(config, args)
+        )
+        async with downstreams, toolbox:
+            yield toolbox, downstreams

@@ -7,8 +7,12 @@ the Toolbox does (route from the namespace dict, arguments against the compiled 
 writes it to the server's pipe under its own request id and writes the server's answer back
 under the client's id, otherwise untouched. Progress tokens and `notifications/cancelled` are
 mapped both ways, the server's `timeout` cancels downstream and answers isError, and a server
-that dies fails its pending calls. Anything else — a built-in, a down server, invalid arguments,
-a 2026-era client, a call before the handshake — is left to the SDK path, which answers the same.
+that dies fails its pending calls. A 2026-07-28 client's call (no handshake: its `_meta` names the
+version, client info and capabilities) is relayed the same way to the handshake-era downstream,
+with the envelope's reserved `_meta` keys left out as the SDK path leaves them, and its answer gets
+what the SDK's runner gives every 2026-era result: `resultType` and the server's `serverInfo`
+stamp. Anything else — a built-in, a down server, invalid arguments, a half-built envelope, a call
+before the handshake — is left to the SDK path, which answers the same.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
 from omega_mcp.fastpath.pipes import PipeWriter
@@ -39,6 +44,26 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "omega-relay-"
 _GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
+_RESERVED_META = "io.modelcontextprotocol/"
+_VERSION_KEY = f"{_RESERVED_META}protocolVersion"
+_ENVELOPE_KEYS = (f"{_RESERVED_META}clientInfo", f"{_RESERVED_META}clientCapabilities")
+_SERVER_INFO_KEY = f"{_RESERVED_META}serverInfo"
+
+
+def _modern(params: dict[str, Any]) -> bool:
+    """Whether `params` carry a complete 2026-era envelope of a version the SDK serves, from a client
+    the downstream cannot ask anything. A client declaring sampling, elicitation or roots, and the
+    retry of an input-required round, take the SDK path: a 2026-era client is asked through those
+    rounds (server/bridge.py), which a relayed call cannot have."""
+    meta = object_or_none(params.get("_meta"))
+    if meta is None or meta.get(_VERSION_KEY) not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    if not all(object_or_none(meta.get(key)) is not None for key in _ENVELOPE_KEYS):
+        return False
+    if params.get("requestState") is not None or params.get("inputResponses") is not None:
+        return False
+    capabilities = object_or_none(meta.get(_ENVELOPE_KEYS[1])) or {}
+    return all(capabilities.get(kind) is None for kind in ("sampling", "elicitation", "roots"))
 
 
 def _encode(message: dict[str, Any]) -> bytes:
@@ -53,14 +78,22 @@ class _Call:
     session: DownstreamSession
     timeout: float
     client_token: Any = None
+    modern: bool = False
 
 
 class Relay:
     """Relays tools/call between one stdio client and the stdio downstream servers."""
 
     def __init__(
-        self, toolbox: Toolbox, downstreams: Downstreams, client: PipeWriter, task_group: anyio.abc.TaskGroup
+        self,
+        toolbox: Toolbox,
+        downstreams: Downstreams,
+        client: PipeWriter,
+        task_group: anyio.abc.TaskGroup,
+        *,
+        server_info: dict[str, Any] | None = None,
     ) -> None:
+        self._server_info = json.dumps(server_info or {})  # stamped into each 2026-era answer, copied fresh
         self._toolbox = toolbox
         self._downstreams = downstreams
         self._client = client
@@ -80,7 +113,10 @@ class Relay:
         """The client pipe's intercept hook: True when the relay took the message."""
         method = message.get("method")
         if method == "tools/call":
-            return self._ready and await self._call(message)
+            if self._ready:
+                return await self._call(message)
+            params = object_or_none(message.get("params"))
+            return not self._handshake and params is not None and _modern(params) and await self._call(message, True)
         if method == "notifications/cancelled":
             return await self._client_cancelled(message)
         if method == "initialize":
@@ -89,7 +125,7 @@ class Relay:
             self._ready = self._handshake
         return False
 
-    async def _call(self, message: dict[str, Any]) -> bool:
+    async def _call(self, message: dict[str, Any], modern: bool = False) -> bool:
         client_id, params = message.get("id"), object_or_none(message.get("params"))
         if not isinstance(client_id, int | str) or isinstance(client_id, bool) or params is None:
             return False  # malformed: the SDK path answers with the proper error
@@ -111,8 +147,11 @@ class Relay:
             return False  # the SDK path words the same error
         relay_id = f"{_PREFIX}{next(self._ids)}"
         forwarded = {**params, "name": route.tool_name}
-        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout)
+        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout, modern=modern)
         meta = object_or_none(params.get("_meta"))
+        if modern and meta is not None:  # the envelope is for omega; the downstream speaks the handshake era
+            meta = {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META)}
+            forwarded["_meta"] = meta
         if meta is not None and "progressToken" in meta:
             call.client_token = meta["progressToken"]
             forwarded["_meta"] = {**meta, "progressToken": relay_id}  # our own id is a unique token downstream
@@ -207,7 +246,17 @@ class Relay:
         if call is None:
             return
         self._by_client.pop(call.client_id, None)
+        if call.modern:
+            result = self._envelope(result)
         await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
+
+    def _envelope(self, result: dict[str, Any]) -> dict[str, Any]:
+        """What the SDK's runner adds to a 2026-era result: `resultType`, then the serverInfo stamp."""
+        result = {**result, "resultType": result.get("resultType") or "complete"}
+        meta = object_or_none(result.get("_meta"))
+        if meta is None or meta.get(_SERVER_INFO_KEY) is None:
+            result["_meta"] = {**(meta or {}), _SERVER_INFO_KEY: json.loads(self._server_info)}
+        return result
 
     async def _to_client(self, message: dict[str, Any]) -> None:
         try:

@@ -10,14 +10,16 @@ without being parsed into models and dumped again (the hot path). A stdio server
 by `EarlyStarts` (spawn.py) was already sent `initialize`: its answer is read and adopted instead.
 `closed` fires when the transport reaches EOF (a stdio server exiting), which is how a crash is
 noticed; remote URLs try streamable HTTP, then SSE (SSE first for URLs ending in `/sse`).
+The server's own requests (sampling, elicitation, roots) go to `ServerRequests` (client_requests.py),
+whose callbacks also decide which client capabilities the handshake declares.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, Self, TypeVar, cast
 
 import anyio
@@ -36,68 +38,25 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from omega_mcp._sdk import ReadStream, Streams
-from omega_mcp.fastpath.pipes import MessageReadStream, PipeReader, PipeWriter
+from omega_mcp._sdk import Streams
+from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 from omega_mcp.loglevels import python_level
+from omega_mcp.proxy.client_requests import ServerRequests
+from omega_mcp.proxy.oauth import auth_failure, http_auth
 from omega_mcp.proxy.spawn import INIT_ID, EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Target, usable_tools
 from omega_mcp.proxy.stdio import StdioTransport
+from omega_mcp.proxy.streams import EofWatch
 from omega_mcp.version import __version__
 
-__all__ = ["DownstreamSession", "quiet_transport_logs"]
+__all__ = ["DownstreamSession"]
 
 logger = logging.getLogger(__name__)
-
-
-class _Demote(logging.Filter):
-    """Turns the SDK client transports' own log records into debug records.
-
-    They log every failed connection attempt as an error with its traceback; omega reports the
-    reason itself, once, in one line ("server X is down: ..."), and retries.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-@contextmanager
-def quiet_transport_logs() -> Generator[None]:
-    """While entered, the SDK's HTTP and SSE client transports log at debug level only."""
-    demote, names = _Demote(), ("mcp.client.sse", "mcp.client.streamable_http")
-    for name in names:
-        logging.getLogger(name).addFilter(demote)
-    try:
-        yield
-    finally:
-        for name in names:
-            logging.getLogger(name).removeFilter(demote)
 
 
 _CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
 _PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
 _T = TypeVar("_T")
-
-
-class _EofWatch(MessageReadStream):
-    """A read stream that reports its end (the peer went away) before passing it on."""
-
-    def __init__(self, inner: ReadStream[SessionMessage | Exception], on_eof: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_eof = on_eof
-
-    def __getattr__(self, name: str) -> Any:  # `last_context` and friends, when the inner stream has them
-        return getattr(self._inner, name)
-
-    async def receive(self) -> SessionMessage | Exception:
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._on_eof()
-            raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class DownstreamSession(AsyncContextManagerMixin):
@@ -110,10 +69,17 @@ class DownstreamSession(AsyncContextManagerMixin):
     """
 
     def __init__(
-        self, spec: DownstreamSpec, *, warned: set[str] | None = None, early: EarlyStarts | None = None
+        self,
+        spec: DownstreamSpec,
+        *,
+        warned: set[str] | None = None,
+        early: EarlyStarts | None = None,
+        requests: ServerRequests | None = None,
     ) -> None:
+        """`requests` answers the server's requests to its client (client_requests.py); None declines them."""
         self.spec = spec
         self._early = early
+        self._requests = requests
         self._warned = warned if warned is not None else set[str]()
         self.closed = anyio.Event()
         self.close_reason: str | None = None
@@ -146,15 +112,22 @@ class DownstreamSession(AsyncContextManagerMixin):
 
     def _transport(self, target: Target) -> AbstractAsyncContextManager[Streams]:
         if isinstance(target, StdioServerParameters):
-            self.stdio = StdioTransport(target, server_name=self.spec.server_name, early=self._early)
+            self.stdio = StdioTransport(
+                target, server_name=self.spec.server_name, early=self._early, confinement=self.spec.confinement
+            )
             return self.stdio
         if isinstance(target, str):
             raise TypeError("URL targets are connected by _connect_url")
         return target()
 
     async def _connect_url(self, url: str) -> AsyncExitStack:
-        """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`)."""
+        """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`).
+
+        With `auth = "oauth"` both go through the OAuth client (proxy/oauth.py); an OAuth failure
+        (`needs login: ...`) ends the attempt at once: the other transport would fail the same way.
+        """
         headers = dict(self.spec.headers)
+        auth = http_auth(self.spec.oauth) if self.spec.oauth is not None else None
 
         refused: list[str] = []
 
@@ -165,13 +138,16 @@ class DownstreamSession(AsyncContextManagerMixin):
         def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
             # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
             client = httpx2.AsyncClient(
-                headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), event_hooks={"response": [note_refusal]}
+                headers=headers,
+                auth=auth,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [note_refusal]},
             )
             stack.push_async_callback(client.aclose)
             return streamable_http_client(url, http_client=client)
 
         def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
-            return sse_client(url, headers=headers)
+            return sse_client(url, headers=headers, auth=auth)
 
         attempts = [sse, streamable] if url.rstrip("/").endswith("/sse") else [streamable, sse]
         first_error: Exception | None = None
@@ -182,6 +158,8 @@ class DownstreamSession(AsyncContextManagerMixin):
                     return stack.pop_all()
             except Exception as exc:  # the other transport may still work; report the first failure
                 logger.debug("[%s] %s transport failed: %r", self.spec.server_name, make.__name__, exc)
+                if (oauth_failure := auth_failure(exc)) is not None:
+                    raise oauth_failure from None
                 first_error = first_error or exc
         assert first_error is not None
         if refused:
@@ -197,9 +175,12 @@ class DownstreamSession(AsyncContextManagerMixin):
                 with anyio.fail_after(self.spec.timeout_seconds):  # initialize is a request: `timeout` bounds it
                     early = await self._early_answer(read)
         dispatcher = JSONRPCDispatcher[Any](
-            _EofWatch(read, lambda: self._lost("the server closed the connection")), write
+            EofWatch(read, lambda: self._lost("the server closed the connection")), write
         )
-        session = ClientSession(dispatcher=dispatcher, client_info=_CLIENT_INFO, message_handler=self._on_message)
+        options = self._requests.session_options() if self._requests is not None else {}
+        session = ClientSession(
+            dispatcher=dispatcher, client_info=_CLIENT_INFO, message_handler=self._on_message, **options
+        )
         await stack.enter_async_context(session)
         if early is None:
             with anyio.fail_after(self.spec.timeout_seconds):
@@ -238,7 +219,8 @@ class DownstreamSession(AsyncContextManagerMixin):
         stdio = self.stdio
         if stdio is not None and stdio.exited_by_itself:
             return f"{reason} ({stdio.exit_detail()})"
-        return reason
+        hint = stdio.confinement_hint() if stdio is not None else None
+        return f"{reason} ({hint})" if hint else reason
 
     def failure(self, exc: BaseException) -> str:
         """Why this connection failed, in one line for `server X is down: ...`."""
@@ -300,6 +282,8 @@ class DownstreamSession(AsyncContextManagerMixin):
                 logging.getLogger(f"omega_mcp.downstream.{self.spec.server_name}").log(
                     python_level(params.level), "%s%s", f"{params.logger}: " if params.logger else "", data
                 )
+            case types.ElicitCompleteNotification() if self._requests is not None:
+                await self._requests.on_notification(message)
             case _:
                 pass
 

@@ -15,6 +15,7 @@ import fnmatch
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mcp import types
@@ -24,9 +25,11 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from omega_mcp._sdk import Transport
-from omega_mcp.config import ServerConfig
+from omega_mcp.config import ServerConfig, omega_home
 from omega_mcp.narrow import as_object
+from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
+from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
 
@@ -50,13 +53,26 @@ class DownstreamSpec:
     enabled: bool = True
     problem: str | None = None
     """Why the server cannot start although the config is valid (`Config.server_problem`), or None."""
+    confinement: SandboxPolicy | None = None
+    """The sandbox a stdio server starts in (`sandbox/servers.py`), None when it runs unconfined."""
+    oauth: OAuthSettings | None = None
+    """`auth = "oauth"` of a remote server (proxy/oauth.py), or None."""
 
     @classmethod
-    def from_config(cls, server_name: str, config: ServerConfig, *, problem: str | None = None) -> DownstreamSpec:
+    def from_config(
+        cls,
+        server_name: str,
+        config: ServerConfig,
+        *,
+        problem: str | None = None,
+        confinement: SandboxPolicy | None = None,
+        home: Path | None = None,
+    ) -> DownstreamSpec:
         """The spec of a `[servers.NAME]` entry (already validated and `${VAR}`-expanded).
 
         `problem` is `Config.server_problem(server_name)`: an entry that uses an unset variable keeps
-        its unresolved `${VAR}` text and must not be started.
+        its unresolved `${VAR}` text and must not be started. `home` is `Config.home`, where the
+        OAuth tokens of a server with `auth = "oauth"` live (default: `$OMEGA_HOME`).
         """
         target: Target
         if config.command is not None:
@@ -69,6 +85,16 @@ class DownstreamSpec:
         else:
             assert config.url is not None  # config validation guarantees exactly one transport
             target = config.url
+        oauth = None
+        if config.auth == "oauth" and config.url is not None:
+            oauth = OAuthSettings(
+                server_name=server_name,
+                url=config.url,
+                record=token_file(home or omega_home(), server_name),
+                client_id=config.client_id,
+                scopes=config.scopes,
+                client_metadata_url=config.client_metadata_url,
+            )
         return cls(
             server_name=server_name,
             target=target,
@@ -79,6 +105,8 @@ class DownstreamSpec:
             exclude_tools=config.exclude_tools,
             enabled=config.enabled,
             problem=problem,
+            confinement=confinement,
+            oauth=oauth,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:

@@ -10,7 +10,8 @@ servers arriving later are announced with `notifications/tools/list_changed`, li
 of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
 Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
 does, it carries list_changed and cancellation, and costs no `server/discover` probe.
-Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`).
+Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`); the
+servers' own requests (sampling, elicitation, roots) are routed by client_requests.py.
 """
 
 from __future__ import annotations
@@ -31,19 +32,24 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from omega_mcp.config import Config
-from omega_mcp.errors import first_leaf
+from omega_mcp.errors import OAuthError, first_leaf
 from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
+from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.recursion import started_by_omega
-from omega_mcp.proxy.session import DownstreamSession, quiet_transport_logs
+from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
+from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.results import Wire, error_wire
+from omega_mcp.sandbox.servers import server_policy
 
 __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
 
 logger = logging.getLogger(__name__)
+
+_NOTIFY_SECONDS = 2.0
 
 
 def _lost_state(spec: DownstreamSpec) -> ServerState:
@@ -100,13 +106,18 @@ class Downstreams(AsyncContextManagerMixin):
         stable_seconds: float = 30.0,
         early: EarlyStarts | None = None,
         one_shot: bool = False,
+        client_requests: ClientRequests | None = None,
     ) -> None:
         """`early` holds servers the CLI started before the SDK loaded; first connections adopt them.
 
         `one_shot` is for a command that looks once and exits: a server that is down says so, without
         announcing (in logs and call errors) a retry that will not happen before the command ends.
+        `client_requests` routes the servers' sampling, elicitation and roots requests (by default
+        to the MCP clients of omega, with no provider and no roots of omega's own).
         """
         self._early = early
+        self.client_requests = client_requests if client_requests is not None else ClientRequests()
+        self.client_requests.roots_listener = self.send_roots_list_changed
         self._one_shot = one_shot
         self._entries = {
             spec.server_name: _Entry(spec, state="connecting" if spec.enabled else "disabled") for spec in specs
@@ -133,7 +144,13 @@ class Downstreams(AsyncContextManagerMixin):
     def from_config(cls, config: Config, **options: Any) -> Downstreams:
         """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts)."""
         specs = [
-            DownstreamSpec.from_config(name, entry, problem=config.server_problem(name))
+            DownstreamSpec.from_config(
+                name,
+                entry,
+                problem=config.server_problem(name),
+                confinement=server_policy(config, name),
+                home=config.home,
+            )
             for name, entry in config.servers.items()
         ]
         return cls(specs, **options)
@@ -180,7 +197,8 @@ class Downstreams(AsyncContextManagerMixin):
     async def _run_session(self, entry: _Entry) -> tuple[float | None, str]:
         """Connect, publish, follow notifications until the connection ends; returns why it ended."""
         spec = entry.spec
-        session = entry.attempt = DownstreamSession(spec, warned=entry.warned, early=self._early)
+        requests = self.client_requests.for_server(spec.server_name, spec.timeout_seconds)
+        session = entry.attempt = DownstreamSession(spec, warned=entry.warned, early=self._early, requests=requests)
         connected_at: float | None = None
         with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
             try:
@@ -194,7 +212,8 @@ class Downstreams(AsyncContextManagerMixin):
                     finally:
                         self._unpublish(entry, session)
             except Exception as exc:  # any failure of one server is that server's state, not ours
-                return connected_at, session.failure(first_leaf(exc))
+                leaf = first_leaf(exc)  # an OAuth failure says it all (`needs login: run omega-mcp login NAME`)
+                return connected_at, str(leaf) if isinstance(leaf, OAuthError) else session.failure(leaf)
         if connect_scope.cancelled_caught:
             return None, session.with_exit(f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)")
         return connected_at, session.with_exit(session.close_reason or "the connection ended")
@@ -374,7 +393,19 @@ class Downstreams(AsyncContextManagerMixin):
             return error_wire(f"no downstream server named {server_name!r}")
         if entry.session is None:
             return error_wire(self.down_message(server_name))
-        return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+        with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
+            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+
+    async def send_roots_list_changed(self) -> None:
+        """Send `notifications/roots/list_changed` to every connected server (bounded, best effort)."""
+        for name, entry in list(self._entries.items()):
+            if entry.session is None:
+                continue
+            with anyio.move_on_after(_NOTIFY_SECONDS):
+                try:
+                    await entry.session.session.send_notification(types.RootsListChangedNotification())
+                except Exception as exc:  # boundary: one server going away must not stop the others
+                    logger.debug("[%s] roots/list_changed not delivered: %s", name, exc)
 
     # -- prompts and resources (rules in catalog.py) ------------------------------------------
 

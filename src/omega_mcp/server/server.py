@@ -14,13 +14,17 @@ Background shells belong to the connection that started them (`_shell_owner`): a
 or timed out). That is the SDK's per-connection hook: the lifespan is per server on the HTTP hub.
 A stateless 2026-era HTTP request has no session, so it may not start background shells; a
 2026-era stdio stream has one client for omega's life, so its shells are the process's.
+Downstream servers' own requests (sampling, elicitation, roots) go to the client whose call caused
+them: each call runs with its `CALLER` (`proxy/client_requests.py` routes, `clients.py` sends);
+clients register once initialized, and their `notifications/roots/list_changed` is passed on. A
+2026-era client is asked through input-required round trips (`bridge.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,6 +42,7 @@ from mcp.server.subscriptions import (
     ResourcesListChanged,
     ToolsListChanged,
 )
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -45,8 +50,11 @@ from omega_mcp._sdk import connection_of
 from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import UnknownToolError
 from omega_mcp.narrow import object_or_none
+from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.server.approver import elicitation_approver
+from omega_mcp.server.bridge import Bridge, Unreachable, asks_nothing
+from omega_mcp.server.clients import SessionCaller, client_name
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
@@ -59,6 +67,25 @@ SERVER_NAME = "omega"
 _SHELLS_CLEANUP = "omega_mcp.shells_cleanup"
 """`Connection.state` key: the connection's background shells are killed when it closes."""
 _NOTIFY_SECONDS = 2.0
+_BRIDGE = "omega_mcp.bridge"
+"""Lifespan key: the `Bridge` of 2026-era calls waiting for input (one per lifespan)."""
+
+
+def _bridge_of(lifespan_context: object) -> Bridge | None:
+    state = object_or_none(lifespan_context)
+    bridge = state.get(_BRIDGE) if state is not None else None
+    return bridge if isinstance(bridge, Bridge) else None
+
+
+async def _as(
+    caller: Caller, run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]], progress: ProgressFnT
+) -> types.CallToolResult:
+    """`run(progress)` with `caller` as the `CALLER` its downstream requests go to."""
+    token = CALLER.set(caller)
+    try:
+        return await run(progress)
+    finally:
+        CALLER.reset(token)
 
 
 class OmegaServer(Server[Any]):
@@ -101,6 +128,10 @@ class OmegaServer(Server[Any]):
         # deprecated in the 2026 era, but handshake-era clients (Claude Code, the Inspector) use it.
         self.logs = LogForwarder()
         self.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._on_set_level)
+        self.add_notification_handler("notifications/initialized", types.NotificationParams, self._on_initialized)
+        self.add_notification_handler(
+            "notifications/roots/list_changed", types.NotificationParams, self._on_roots_list_changed
+        )
         # The fast path replaces the SDK's default OpenTelemetry middleware: it costs every
         # request a span even with no exporter, and nothing here exports traces.
         self.middleware = [self._fast_call_tool]
@@ -126,21 +157,41 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         return types.ListToolsResult(tools=await self.toolbox.list_tools())
 
-    async def _on_call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _on_call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx.session)
         session: ServerSession = ctx.session
-        try:
+        approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
+
+        async def run(progress: ProgressFnT) -> types.CallToolResult:
             # report_progress is a no-op unless the client asked for progress (in either era).
             return await self.toolbox.call_tool(
-                params.name,
-                params.arguments,
-                progress=session.report_progress,
-                meta=ctx.meta,
-                approve=elicitation_approver(session, ctx.request_id),
-                owner=self._shell_owner(session, ctx.request),
+                params.name, params.arguments, progress=progress, meta=ctx.meta, approve=approve, owner=owner
             )
+
+        try:
+            if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                return await self._modern_call(ctx, params, run)
+            return await _as(SessionCaller(session, ctx.request_id), run, session.report_progress)
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+
+    async def _modern_call(
+        self,
+        ctx: Any,
+        params: types.CallToolRequestParams,
+        run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]],
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """A 2026-era call: through the bridge when its client can be asked anything (or it is the next
+        round of a bridged call), else with an `Unreachable` caller (the downstream's requests are declined)."""
+        session: ServerSession = ctx.session
+        caps, name, bridge = session.client_capabilities, client_name(session), _bridge_of(ctx.lifespan_context)
+        if bridge is None or (params.request_state is None and asks_nothing(caps)):
+            return await _as(Unreachable(caps, name), run, session.report_progress)
+        client = bridge if ctx.request is None else None  # no HTTP request: the stream's one client
+        report = session.report_progress
+        return await bridge.call_tool(params, run, capabilities=caps, name=name, report=report, client=client)
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """`tools/call` on an initialized handshake-era connection, without model round trips."""
@@ -162,6 +213,7 @@ class OmegaServer(Server[Any]):
             return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
         self._remember(ctx.session)
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
+        token = CALLER.set(SessionCaller(ctx.session, ctx.request_id))
         try:
             approve = elicitation_approver(ctx.session, ctx.request_id)
             owner = self._shell_owner(ctx.session)
@@ -170,6 +222,8 @@ class OmegaServer(Server[Any]):
             )
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        finally:
+            CALLER.reset(token)
 
     # -- prompts and resources (downstream only) ---------------------------------------------
 
@@ -221,6 +275,21 @@ class OmegaServer(Server[Any]):
         self.logs.set_level(connection_of(ctx.session), params.level)
         return types.EmptyResult()
 
+    # -- clients, for the downstreams' requests ----------------------------------------------
+
+    async def _on_initialized(self, ctx: Any, params: types.NotificationParams) -> None:
+        """A handshake-era client is ready: downstream requests outside any call may go to it."""
+        session: ServerSession = ctx.session
+        if self.catalog is None or session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        requests, connection = self.catalog.client_requests, connection_of(session)
+        await requests.add_client(SessionCaller(session, None))
+        connection.exit_stack.push_async_callback(requests.remove_client, connection)
+
+    async def _on_roots_list_changed(self, ctx: Any, params: types.NotificationParams) -> None:
+        if self.catalog is not None:
+            await self.catalog.client_requests.client_roots_changed(connection_of(ctx.session))
+
     # -- change notifications ----------------------------------------------------------------
 
     def create_initialization_options(
@@ -249,7 +318,7 @@ class OmegaServer(Server[Any]):
         # connection ends, another live one takes over, so an HTTP hub never goes deaf.
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(self._lead_when_needed)
-            yield {}
+            yield {_BRIDGE: Bridge(task_group)}
             task_group.cancel_scope.cancel()
 
     async def _lead_when_needed(self) -> None:

@@ -95,7 +95,8 @@ async def serve_streams(
             and isinstance(read_stream, PipeReader)
             and isinstance(write_stream, PipeWriter)
         ):
-            read_stream.intercept = Relay(server.toolbox, catalog, write_stream, task_group).from_client
+            relay_calls = Relay(server.toolbox, catalog, write_stream, task_group, server_info=server.server_info_stamp)
+            read_stream.intercept = relay_calls.from_client
         await server.run(read_stream, write_stream, server.initialization_options())
         task_group.cancel_scope.cancel()
 
