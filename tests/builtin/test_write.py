@@ -340,3 +340,15 @@ async def test_write_to_a_symlink_to_a_directory_is_refused_and_keeps_the_link(p
     with pytest.raises(ToolError, match="directory"):
         await _write(policy, "link", "text")
     assert (policy.workspace / "link").is_symlink()
+
+
+@pytest.mark.parametrize("place", ["servers/memory/.npmrc", "servers/git/node_modules/x.js", "sessions/0badc0de.jsonl"])
+async def test_what_omega_loads_later_from_its_home_is_never_written(policy: SandboxPolicy, place: str):
+    """A confined server's directory and the saved agent sessions are under `$OMEGA_HOME`, which the
+    file tools may otherwise write: a planted `.npmrc` would run at the server's next start, a planted
+    session line would reach the model on `--resume`."""
+    target = policy.home / place
+    target.parent.mkdir(parents=True)
+    with pytest.raises(ToolError, match="denied"):
+        await _write(policy, target, "planted")
+    assert not target.exists()

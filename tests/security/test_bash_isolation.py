@@ -386,7 +386,7 @@ def test_namespace_options_without_the_namespaces_fail_closed(tmp_path: Path) ->
     done = subprocess.run(argv, env=launch.env, cwd=launch.cwd, capture_output=True, text=True, timeout=_BOUND_SECONDS)
     assert done.returncode == 125
     assert done.stdout == ""
-    assert done.stderr.startswith("omega-mcp sandbox: --netns, --hide and --hide-sockets need --pidns")
+    assert done.stderr.startswith("omega-mcp sandbox: --netns, --hide, --hide-sockets and --private-tmp need --pidns")
     assert done.stderr.count("\n") == 1
 
 

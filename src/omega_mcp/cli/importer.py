@@ -103,6 +103,12 @@ def _inline(values: dict[str, str]) -> InlineTable:
     return inline
 
 
+_CONFINE_HINT = (
+    'sandbox = "default"   # uncomment to confine it: writes only to its own directory, no network',
+    "(or sandbox = { network = true, write_roots = [...] }: see the README, Confined servers)",
+)
+
+
 def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
     """A `[servers.X]` table for one JSON entry, or why it cannot be imported."""
     table = tomlkit.table()
@@ -124,6 +130,8 @@ def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
             table.add("env", _inline(env))
         if isinstance(entry.get("cwd"), str):
             table.add("cwd", entry["cwd"])
+        table.add(tomlkit.comment(_CONFINE_HINT[0]))
+        table.add(tomlkit.comment(_CONFINE_HINT[1]))
     elif kind in ("http", "sse", "streamable-http", "streamableHttp"):
         url = entry.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):

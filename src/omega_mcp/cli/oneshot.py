@@ -44,9 +44,10 @@ def _reason(status: ServerStatus) -> str | None:
     return "did not connect in time" if status.state == "connecting" else "not connected"
 
 
-def _server_line(status: ServerStatus) -> str:
+def _server_line(status: ServerStatus, confinement: dict[str, object]) -> str:
     if status.state == "connected":
-        return f"{status.server_name}: connected ({len(status.tools)} tools)"
+        how = (", confined" + (" with network" if confinement["network"] else "")) if confinement["confined"] else ""
+        return f"{status.server_name}: connected ({len(status.tools)} tools{how})"
     if status.state == "disabled":
         return f"{status.server_name}: disabled"
     return f"{status.server_name}: failed: {_reason(status)}"
@@ -57,6 +58,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
     from omega_mcp.names import Route
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers
+    from omega_mcp.sandbox.servers import confined_servers, describe_confinement, server_policy
 
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         tools = await toolbox.list_tools()
@@ -65,9 +67,15 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         statuses = downstreams.statuses()
         exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
         code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
+        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name)) for s in statuses}
         if args.json:
             servers = {
-                s.server_name: {"state": _state(s), "reason": _reason(s), "tools": exported[s.server_name]}
+                s.server_name: {
+                    "state": _state(s),
+                    "reason": _reason(s),
+                    "tools": exported[s.server_name],
+                    "sandbox": confined[s.server_name],
+                }
                 for s in statuses
             }
             sandbox = describe_sandbox(policy)
@@ -77,7 +85,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 "servers": servers,
                 "sandbox": {
                     **sandbox,
-                    "layers": sandbox_layers(policy, sandbox),
+                    "layers": sandbox_layers(policy, sandbox, confined_servers(config)),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },
@@ -89,7 +97,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         width = max(len(name) for name in by_name)
         builtins = [t.name for t in tools if namespace.resolve(t.name) == Route(None, t.name)]
         groups = [(f"built-in (sandbox mode: {policy.mode}, workspace: {policy.workspace})", builtins)]
-        groups += [(_server_line(s), exported[s.server_name]) for s in statuses]
+        groups += [(_server_line(s, confined[s.server_name]), exported[s.server_name]) for s in statuses]
         for heading, names in groups:
             out.write(heading + "\n")
             for name in names:

@@ -55,6 +55,7 @@ async def _serve(
 ) -> int:
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers, summary
+    from omega_mcp.sandbox.servers import confined_servers
     from omega_mcp.server.instructions import hub_instructions
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
@@ -63,7 +64,7 @@ async def _serve(
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
         logger.info("%s", _sandbox_line(sandbox))
-        logger.info("%s", summary(sandbox_layers(policy, sandbox)))
+        logger.info("%s", summary(sandbox_layers(policy, sandbox, confined_servers(config))))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
         server = build_server(

@@ -32,20 +32,36 @@ from omega_mcp.version import __version__
 
 if TYPE_CHECKING:
     from omega_mcp.config import Config
+    from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["INHERITED_ENV", "INIT_ID", "PASSED_ENV", "EarlyStarts", "Spawned", "default_environment", "spawn"]
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What the SDK's `get_default_environment()` passes to a stdio server on POSIX."""
-PASSED_ENV = ("LANG", "TZ", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
-"""Also passed on, as Claude Code does: the locale and time zone, and the proxy settings (with `LC_*`)."""
+PASSED_ENV = (
+    "LANG",
+    "TZ",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+)
+"""Also passed on: the locale and time zone, the proxy settings (with `LC_*`), as Claude Code does,
+and where the CA certificates are, without which `npx`/`uvx` cannot reach a registry behind a TLS proxy."""
 HANDSHAKE_VERSION = "2025-11-25"
 """The newest handshake-era protocol version (the SDK's LATEST_HANDSHAKE_VERSION)."""
 INIT_ID = "omega-early-initialize"
 _DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "deathsig.py"
 """The launcher every server starts through, so that it dies with omega (see `spawn`)."""
 
-Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
+Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None, object]
 
 
 @dataclass(slots=True)
@@ -74,8 +90,14 @@ def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str
     return env | dict(extra or {}) | {MARKER: str(os.getpid())}
 
 
-def _key(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Key:
-    return command, tuple(args), tuple(sorted((env or {}).items())), str(cwd) if cwd is not None else None
+def _key(
+    command: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+    confinement: SandboxPolicy | None,
+) -> Key:
+    return command, tuple(args), tuple(sorted((env or {}).items())), str(cwd) if cwd is not None else None, confinement
 
 
 def _check_runnable(command: str, environment: Mapping[str, str], cwd: str | Path | None) -> None:
@@ -90,8 +112,18 @@ def _check_runnable(command: str, environment: Mapping[str, str], cwd: str | Pat
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
-def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd: str | Path | None) -> Spawned:
+def spawn(
+    command: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+    *,
+    confinement: SandboxPolicy | None = None,
+) -> Spawned:
     """Start a server in its own process group with fresh pipes on stdin, stdout and stderr.
+
+    With `confinement` (`sandbox/servers.py`) the server starts through the sandbox trampoline
+    instead, in its cwd; the trampoline dies with omega the same way.
 
     The server runs through the `sandbox/deathsig.py` launcher, so it is SIGKILLed when omega dies,
     even by SIGKILL. PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call this
@@ -103,8 +135,19 @@ def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd:
         OSError: the command cannot be started.
     """
     environment = default_environment(env)
-    _check_runnable(command, environment, cwd)
-    launcher = [sys.executable, "-I", "-S", str(_DEATHSIG), str(os.getpid()), "--", command, *args]
+    if confinement is not None:
+        from omega_mcp.errors import SandboxUnavailableError
+        from omega_mcp.sandbox.servers import server_argv, server_environment
+
+        cwd = confinement.workspace
+        environment = server_environment(confinement, environment)
+        try:
+            launcher = server_argv(confinement, command, args, environment)
+        except SandboxUnavailableError as exc:
+            raise PermissionError(errno.EPERM, str(exc)) from None
+    else:
+        _check_runnable(command, environment, cwd)
+        launcher = [sys.executable, "-I", "-S", str(_DEATHSIG), str(os.getpid()), "--", command, *args]
     child_in, our_in = os.pipe()
     our_out, child_out = os.pipe()
     our_err, child_err = os.pipe()
@@ -121,10 +164,10 @@ def spawn(command: str, args: Sequence[str], env: Mapping[str, str] | None, cwd:
     return Spawned(process, our_in, our_out, our_err)
 
 
-def _initialize_request() -> bytes:
+def _initialize_request(capabilities: dict[str, object]) -> bytes:
     params = {
         "protocolVersion": HANDSHAKE_VERSION,
-        "capabilities": {},
+        "capabilities": capabilities,
         "clientInfo": {"name": "omega-mcp", "version": __version__},
     }
     return (json.dumps({"jsonrpc": "2.0", "id": INIT_ID, "method": "initialize", "params": params}) + "\n").encode()
@@ -146,26 +189,34 @@ class EarlyStarts:
     def __exit__(self, *exc_info: object) -> None:
         self.discard_all()
 
-    def start(self, config: Config) -> None:
+    def start(self, config: Config, *, serving: bool = False) -> None:
         """Start every enabled stdio server of `config` and send it `initialize` (best effort).
 
-        Servers the supervisor will refuse (a config problem, omega itself, or any stdio server when
-        this omega was started by another) are left alone: it reports why.
+        `serving`: omega serves MCP clients (`serve`), so it declares what it can pass on to them
+        (`declared.py`), exactly as the SDK session it hands the server to would. Servers the
+        supervisor will refuse (a config problem, omega itself, or any stdio server when this omega
+        was started by another) are left alone: it reports why.
         """
         if started_by_omega() is not None:
             return
+        from omega_mcp.proxy.declared import declared_capabilities
+
+        capabilities = declared_capabilities(serving=serving, sampling=config.sampling.provider is not None)
         for server_name, server in config.servers.items():
             if not server.enabled or server.command is None or server_name in self._waiting:
                 continue
             if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
-            key = _key(server.command, server.args, server.env or None, server.cwd)
+            from omega_mcp.sandbox.servers import server_policy
+
+            confinement = server_policy(config, server_name)
+            key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:
-                spawned = spawn(server.command, server.args, server.env or None, server.cwd)
+                spawned = spawn(server.command, server.args, server.env or None, server.cwd, confinement=confinement)
             except OSError:
                 continue  # the supervisor will try again and report why it cannot start
             try:
-                os.write(spawned.stdin, _initialize_request())  # a fresh pipe has room for one line
+                os.write(spawned.stdin, _initialize_request(capabilities))  # a fresh pipe has room for one line
                 spawned.initialize_sent = True
             except OSError:
                 pass
@@ -178,10 +229,12 @@ class EarlyStarts:
         args: Sequence[str],
         env: Mapping[str, str] | None,
         cwd: str | Path | None,
+        *,
+        confinement: SandboxPolicy | None = None,
     ) -> Spawned | None:
-        """The process `start()` started for this server, if its command line is still this one."""
+        """The process `start()` started for this server, if its command line (and sandbox) is still this one."""
         early = self._waiting.get(server_name)
-        if early is None or early[0] != _key(command, args, env, cwd):
+        if early is None or early[0] != _key(command, args, env, cwd, confinement):
             return None
         del self._waiting[server_name]
         return early[1]

@@ -26,7 +26,9 @@ from mcp.client.stdio import StdioServerParameters
 
 from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
+from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group
+from omega_mcp.sandbox.servers import explain_denial, offline_launcher
 
 __all__ = ["StdioTransport"]
 
@@ -49,8 +51,16 @@ class StdioTransport(AsyncContextManagerMixin):
         OSError: the command cannot be started (not found, not executable, bad cwd).
     """
 
-    def __init__(self, params: StdioServerParameters, *, server_name: str, early: EarlyStarts | None = None) -> None:
+    def __init__(
+        self,
+        params: StdioServerParameters,
+        *,
+        server_name: str,
+        early: EarlyStarts | None = None,
+        confinement: SandboxPolicy | None = None,
+    ) -> None:
         self._early = early
+        self.confinement = confinement
         self.params = params
         self.server_name = server_name
         self.label = f"[{server_name}]"
@@ -70,9 +80,11 @@ class StdioTransport(AsyncContextManagerMixin):
         env = params.env or None
         spawned = None
         if self._early is not None:
-            spawned = self._early.adopt(self.server_name, params.command, params.args, env, params.cwd)
+            spawned = self._early.adopt(
+                self.server_name, params.command, params.args, env, params.cwd, confinement=self.confinement
+            )
         if spawned is None:
-            spawned = spawn(params.command, params.args, env, params.cwd)
+            spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement)
         self.early_initialize = spawned.initialize_sent
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned
@@ -174,6 +186,14 @@ class StdioTransport(AsyncContextManagerMixin):
             self.stderr_tail.append(line)
             logger.info("%s: %s", self.label, line)
 
+    def confinement_hint(self) -> str | None:
+        """What the sandbox may be refusing a confined server that hangs (None when unconfined)."""
+        if self.confinement is None:
+            return None
+        return explain_denial(self.confinement, self.stderr_tail) or offline_launcher(
+            self.confinement, self.params.command
+        )
+
     def exit_detail(self) -> str:
         """How the process ended, with its last stderr line: `exit status 1: ModuleNotFoundError: ...`."""
         code = self.returncode
@@ -183,5 +203,9 @@ class StdioTransport(AsyncContextManagerMixin):
             status = f"killed by signal {-code}"
         else:
             status = f"exit status {code}"
+        if self.confinement is not None and code:
+            denied = explain_denial(self.confinement, self.stderr_tail)
+            if denied is not None:
+                return f"{status}: {denied}"
         last = self.stderr_tail[-1] if self.stderr_tail else ""
         return f"{status}: {last}" if last else status

@@ -5,7 +5,8 @@ sets the process up and `execve`s PROGRAM, in this order: die with the server (P
 stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
 tiny supervisor; its child is the namespace's PID 1 and runs PROGRAM as PID 2; killing the
 supervisor or PID 1 kills the whole tree, `setsid` children included), with `--netns` a network
-namespace of its own too (loopback only), read-only binds over omega's own files, `--hide` paths
+namespace of its own too (loopback only), read-only binds over omega's own files, `--private-tmp` (an
+empty tmpfs over /tmp for a confined server, its `--rw` roots inside bound back), `--hide` paths
 and (`--hide-sockets`) the host's UNIX sockets outside the `--rw` roots covered, Landlock, exec.
 Stdlib only and no package import: it runs without `site` and every command pays its start-up
 time; `landlock.py` and `mounts.py` (PID 1's mounts) are imported from this directory. Any failure
@@ -76,6 +77,7 @@ class _Spec:
         self.netns = False
         self.hide: list[str] = []
         self.hide_sockets = False
+        self.private_tmp = ""
         self.command: list[str] = []
 
 
@@ -121,6 +123,8 @@ def parse(argv: list[str]) -> _Spec:
             spec.devices.append(value)
         elif opt == "--hide":
             spec.hide.append(value)
+        elif opt == "--private-tmp":
+            spec.private_tmp = value
         else:
             raise ValueError(f"unknown option {opt!r}")
     if not spec.command and not spec.probe:
@@ -325,7 +329,8 @@ def _linger() -> None:
 def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
     """Inside the namespaces (`mounts.setup`); returns whether the private /proc could be mounted."""
     try:
-        return mounts.setup(spec.pid_max, spec.netns, spec.binds, spec.hide, sockets or [])
+        hide, tmp = (spec.hide, sockets or []), spec.private_tmp
+        return mounts.setup(spec.pid_max, spec.netns, spec.binds, *hide, private_tmp=tmp, writable=spec.writable)
     except OSError as exc:
         raise _Failure(exc.strerror or str(exc)) from None
 
@@ -349,8 +354,8 @@ def run(spec: _Spec) -> None:
         _unshare_namespaces(net=spec.netns)
         status_w = _fork_supervised()
         _setup_pid1(spec, sockets)
-    elif spec.netns or spec.hide or spec.hide_sockets:
-        raise _Failure("--netns, --hide and --hide-sockets need --pidns (the namespaces)")
+    elif spec.netns or spec.hide or spec.hide_sockets or spec.private_tmp:
+        raise _Failure("--netns, --hide, --hide-sockets and --private-tmp need --pidns (the namespaces)")
     if spec.landlock_abi:
         try:
             skipped = landlock.restrict_self(

@@ -16,6 +16,7 @@ import functools
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_PROCESSES",
     "BashLaunch",
     "bash_launch",
+    "confined_argv",
     "describe_sandbox",
 ]
 
@@ -100,6 +102,12 @@ def _refusal(policy: SandboxPolicy, support: probe.Support, need: int) -> str:
     if support.platform == "darwin":
         have = "no /usr/bin/sandbox-exec"
     why = f" ({support.detail})" if support.detail else ""
+    if policy.server_name is not None:
+        return (
+            f"cannot start confined: the server sandbox needs Landlock ABI >= {need} on Linux (or "
+            f'sandbox-exec on macOS), but this machine has {have}{why}; set `sandbox = "none"` in '
+            f"[servers.{policy.server_name}] to run it unconfined, or `require_os_sandbox = false` in [sandbox]"
+        )
     return (
         f"bash is unavailable: {policy.mode!r} mode confines bash with the OS sandbox "
         f"(Landlock ABI >= {need} on Linux, sandbox-exec on macOS), but this machine has {have}{why}. "
@@ -251,6 +259,8 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
         argv += ["--pidns", "--pid-max", str(processes + _PID_RESERVED)]
     if plan.netns:
         argv.append("--netns")
+    if policy.server_name is not None and plan.pid_namespace:
+        argv += ["--private-tmp", str(policy.tmp_dir)]
     for op, path in plan.binds:
         argv += [f"--{op}", str(path)]
     for path in plan.hide:
@@ -338,14 +348,26 @@ def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
     if plan.refusal is not None:
         raise SandboxUnavailableError(plan.refusal)
     _ensure_dirs(policy)
-    plan = _plan(policy)  # again: the home may only exist now, which changes what to protect
+    # Planned again inside: the home may only exist now, which changes what to protect.
+    argv = confined_argv(policy, [_bash(), "--noprofile", "--norc", "-c", command])
+    return BashLaunch(argv=tuple(argv), env=bash_environment(policy), cwd=policy.workspace)
+
+
+def confined_argv(policy: SandboxPolicy, program: Sequence[str]) -> list[str]:
+    """`program` (an absolute path first) started through the trampoline under `policy`, behind
+    sandbox-exec on macOS: the one launch path of bash and of confined downstream servers.
+
+    Raises:
+        SandboxUnavailableError: the OS sandbox the policy needs cannot be applied here, or the
+            workspace was replaced since omega started.
+    """
+    plan = _plan(policy)
+    if plan.refusal is not None:
+        raise SandboxUnavailableError(plan.refusal)
     if plan.confinement != "none":
         _check_workspace_not_swapped(policy)
-    env = bash_environment(policy)
-    bash = [_bash(), "--noprofile", "--norc"]
     prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
-    argv = [*prefix, *_trampoline_argv(policy, plan), "--", *bash, "-c", command]
-    return BashLaunch(argv=tuple(argv), env=env, cwd=policy.workspace)
+    return [*prefix, *_trampoline_argv(policy, plan), "--", *program]
 
 
 def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:

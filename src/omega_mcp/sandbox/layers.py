@@ -46,8 +46,11 @@ def summary(layers: Mapping[str, str]) -> str:
     return "sandbox layers: " + "; ".join(parts)
 
 
-def sandbox_layers(policy: SandboxPolicy, sandbox: Mapping[str, Any]) -> dict[str, str]:
-    """One line per layer, keyed by name; `sandbox` is `describe_sandbox(policy)`."""
+def sandbox_layers(
+    policy: SandboxPolicy, sandbox: Mapping[str, Any], servers: Mapping[str, bool] | None = None
+) -> dict[str, str]:
+    """One line per layer, keyed by name; `sandbox` is `describe_sandbox(policy)`, `servers` maps each
+    stdio server to whether it runs confined (`sandbox/servers.py`)."""
     confined = sandbox.get("confinement") not in (None, "none") and not sandbox.get("refusal")
     hidden = list(sandbox.get("hidden_paths") or [])
     protected = list(sandbox.get("protected_read_only") or [])
@@ -65,5 +68,13 @@ def sandbox_layers(policy: SandboxPolicy, sandbox: Mapping[str, Any]) -> dict[st
         "planted_config_guard": "on: a ./servers.toml in a writable place is not loaded without --config",
         "shells_per_session": "on: a background shell belongs to the session that started it",
         "downstreams_die_with_omega": "on: PR_SET_PDEATHSIG on every stdio server (its own children: group kill only)",
-        "downstream_confinement": "off: downstream servers run with your rights",
+        "downstream_confinement": _servers(servers or {}),
     }
+
+
+def _servers(servers: Mapping[str, bool]) -> str:
+    confined = [name for name, on in servers.items() if on]
+    if not confined:
+        return 'off: downstream servers run with your rights ([sandbox] servers = "confined" confines them)'
+    others = [name for name, on in servers.items() if not on]
+    return f"on: {', '.join(confined)} confined" + (f"; {', '.join(others)} run with your rights" if others else "")

@@ -46,9 +46,19 @@ def mount(source: str | None, target: str | None, fstype: str | None, flags: int
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
-def setup(pid_max: int, netns: bool, binds: list[tuple[str, str]], hide: list[str], sockets: list[str]) -> bool:
+def setup(
+    pid_max: int,
+    netns: bool,
+    binds: list[tuple[str, str]],
+    hide: list[str],
+    sockets: list[str],
+    *,
+    private_tmp: str = "",
+    writable: list[str] | None = None,
+) -> bool:
     """Everything PID 1 sets up before Landlock; returns whether a private /proc could be mounted
-    (everything else happens either way).
+    (everything else happens either way). `private_tmp` gets an empty tmpfs of its own; the
+    `writable` roots beneath it are bound back, so a server whose cwd is under /tmp still has it.
 
     Raises:
         OSError: a mount that must not be skipped failed (binds, configured hides).
@@ -79,6 +89,8 @@ def setup(pid_max: int, netns: bool, binds: list[tuple[str, str]], hide: list[st
             flags = os.statvfs(path).f_flag
             keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
             mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
+    if private_tmp:
+        _private_tmp(private_tmp, [w for w in writable or [] if w != private_tmp and _under(w, [private_tmp])])
     for path in hide:
         _cover(path)
     for path in sockets:
@@ -86,11 +98,29 @@ def setup(pid_max: int, netns: bool, binds: list[tuple[str, str]], hide: list[st
             _cover(path, socket_only=True)
         except OSError:
             pass  # a listed socket may vanish meanwhile: one that cannot be covered is skipped
-    if binds or hide or sockets:
+    if binds or hide or sockets or private_tmp:
         # The cwd still points into the mounts as they were before the binds: re-enter it by
         # name, or relative paths would reach the protected files underneath.
         os.chdir(os.getcwd())
     return own_proc
+
+
+def _private_tmp(path: str, keep: list[str]) -> None:
+    """An empty, world-writable (sticky) tmpfs over `path`, with each of `keep` bound back in place."""
+    held: list[tuple[str, int]] = []
+    try:
+        for root in keep:
+            try:
+                held.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)))
+            except OSError:
+                continue  # gone or not a directory: Landlock skips it too
+        mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+        for root, fd in held:
+            os.makedirs(root, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", root, None, _MS_BIND | _MS_REC)
+    finally:
+        for _, fd in held:
+            os.close(fd)
 
 
 def _loopback_up() -> None:

@@ -42,6 +42,8 @@ def interpreter_dirs() -> tuple[Path, ...]:
 TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a secret
 STATE_DIR_NAME = "state"
 SCRATCH_DIR_NAME = "scratch"
+SERVERS_DIR_NAME = "servers"
+SESSIONS_DIR_NAME = "sessions"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,11 @@ class SandboxPolicy:
     hidden: tuple[Path, ...] = field(default_factory=default_hidden)
     """Secrets hidden from bash and `read` in sandbox and rx modes (`sandbox/hidden.py`: the defaults
     minus `[sandbox] unhide`, plus `[sandbox] hide`). `hidden_paths` adds omega's token and state."""
+    server_name: str | None = None
+    """The downstream server this policy confines (`sandbox/servers.py`), None for bash and the file
+    tools. A server gets a private /tmp and no share of `$OMEGA_HOME/scratch`."""
+    read_only: bool = False
+    """A confined server that may write nothing but its private /tmp (not even its cwd)."""
     pinned_roots: Mapping[Path, Path] = field(init=False, compare=False, repr=False, default_factory=dict[Path, Path])
     """Write root -> where it really was when this policy was made (omega's start). The file tools use
     these, never a fresh realpath: bash may rename a root that lies in another writable root (`/tmp`)
@@ -103,6 +110,17 @@ class SandboxPolicy:
         )
 
     @property
+    def servers_dir(self) -> Path:
+        """`$OMEGA_HOME/servers`: the default working directories of confined servers. A tool that could
+        write there would plant files a server loads at its next start (an `.npmrc`, `node_modules`)."""
+        return self.home / SERVERS_DIR_NAME
+
+    @property
+    def sessions_dir(self) -> Path:
+        """`$OMEGA_HOME/sessions`: saved agent conversations, sent to the model again on `--resume`."""
+        return self.home / SESSIONS_DIR_NAME
+
+    @property
     def scratch_dir(self) -> Path:
         """`$OMEGA_HOME/scratch`: bash's writable corner of the data directory."""
         return self.home / SCRATCH_DIR_NAME
@@ -118,7 +136,8 @@ class SandboxPolicy:
     @property
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config, state and code: never writable (any mode), token never readable."""
-        paths = [self.home / "servers.toml", self.token_file, self.state_dir, *self.config_candidates, *self.own_code]
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
+        paths += [*self.config_candidates, *self.own_code]
         if self.config_path is not None:
             paths.append(self.config_path)
         return tuple(dict.fromkeys(paths))
@@ -132,7 +151,13 @@ class SandboxPolicy:
 
     @property
     def bash_write_roots(self) -> tuple[Path, ...]:
-        """Roots bash may write beneath under the OS sandbox (sandbox and rx modes)."""
+        """Roots bash (or a confined server) may write beneath under the OS sandbox (sandbox and rx modes)."""
+        if self.server_name is not None:
+            return (
+                (self.tmp_dir,)
+                if self.read_only
+                else tuple(dict.fromkeys((self.workspace, self.tmp_dir, *self.write_roots)))
+            )
         return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
 
     @property

@@ -1,0 +1,235 @@
+"""Downstream stdio servers under omega's sandbox: `[sandbox] servers` and `[servers.NAME] sandbox`.
+
+A confined server gets a `SandboxPolicy` of its own (`server_policy`) and starts through the same
+trampoline as bash (`launch.confined_argv`): its own user, PID and mount namespaces, Landlock that
+lets it write only its cwd (`$OMEGA_HOME/servers/NAME` unless `cwd` is set), a private /tmp, the
+caches its launcher needs (`LAUNCHER_CACHES`) and its declared `write_roots` (with `read_only`,
+nothing but its /tmp), its own empty network namespace unless `network = true`, and the same hidden
+paths as bash plus its own `hide`, minus `unhide` (omega's token and state always, and the other
+servers' directories). Signals and abstract sockets are scoped by Landlock, and the host's pathname
+UNIX sockets outside its roots are covered. `explain_denial` turns the last words of a server that
+died under confinement into the setting to relax. Nothing here knows MCP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from omega_mcp.config import Config, SandboxConfig, ServerConfig
+from omega_mcp.sandbox.hidden import default_hidden, effective_hidden
+from omega_mcp.sandbox.launch import confined_argv
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = [
+    "LAUNCHERS",
+    "PRIVATE_CACHES",
+    "confined_servers",
+    "describe_confinement",
+    "explain_denial",
+    "moved_caches",
+    "offline_launcher",
+    "server_argv",
+    "server_dir",
+    "server_environment",
+    "server_policy",
+]
+
+LAUNCHERS = ("npx", "npm", "pnpm", "bunx", "uvx", "uv", "pipx")
+"""Package launchers: they download the server at start (so they need the network) into a cache."""
+PRIVATE_CACHES: dict[str, str] = {
+    "npm_config_cache": ".npm",
+    "XDG_CACHE_HOME": ".cache",
+    "XDG_DATA_HOME": ".local/share",
+    "PIPX_HOME": ".local/pipx",
+    "BUN_INSTALL_CACHE_DIR": ".bun/cache",
+}
+"""Where a confined server's package caches go, inside its own directory: `npx`, `uvx`, `pipx` and
+`bunx` follow these variables. A cache shared with the user's own launchers would let a confined
+server plant code (`~/.npm/_npx/.../node_modules`) that an unconfined `npx` runs later. A variable
+the server's `env` sets itself wins, and that directory is then writable for it."""
+
+# A path refused by the OS, as Node, Python, Go and the C library word it.
+_DENIED = re.compile(r"EACCES|EPERM|EROFS|permission denied|operation not permitted|read-only file system", re.I)
+_QUOTED_PATH = re.compile(r"""['"](/[^'"]*)['"]""")
+_BARE_PATH = re.compile(r"(?:^|[\s:])(/[^\s:'\"]+)")
+_OFFLINE = re.compile(
+    r"ENETUNREACH|EAI_AGAIN|ENOTFOUND|network is unreachable|name resolution|name or service not known|"
+    r"nodename nor servname|getaddrinfo|no address associated",
+    re.I,
+)
+
+
+def _expand(path: str | Path, base: Path | None) -> Path:
+    expanded = os.path.expanduser(str(path))
+    return Path(os.path.normpath(os.path.join(base, expanded) if base is not None else os.path.abspath(expanded)))
+
+
+def server_dir(home: Path, name: str) -> Path:
+    """`$OMEGA_HOME/servers/NAME`: a confined server's own directory (its default cwd and its caches)."""
+    return home / "servers" / name
+
+
+def moved_caches(env: Mapping[str, str], base: Path | None = None) -> tuple[Path, ...]:
+    """The cache directories a server's own `env` chose (`PRIVATE_CACHES` variables it sets)."""
+    return tuple(dict.fromkeys(_expand(env[k], base) for k in PRIVATE_CACHES if env.get(k)))
+
+
+def server_environment(policy: SandboxPolicy, environment: Mapping[str, str]) -> dict[str, str]:
+    """`environment` with the package caches the server did not place itself in its own directory."""
+    own = server_dir(policy.home, policy.server_name or "")
+    private = {k: str(own / sub) for k, sub in PRIVATE_CACHES.items() if not environment.get(k)}
+    return {**environment, **private}
+
+
+def server_policy(config: Config, name: str) -> SandboxPolicy | None:
+    """The sandbox of `[servers.NAME]`, or None when it runs unconfined (or is a remote server)."""
+    entry = config.servers[name]
+    settings = entry.confinement(config.sandbox.servers)
+    if settings is None or entry.command is None:
+        return None
+    base = config.path.parent if config.path is not None else None
+    sandbox = config.sandbox
+    declared = tuple(_expand(p, base) for p in settings.write_roots)
+    hidden = effective_hidden((*sandbox.hide, *settings.hide), (*sandbox.unhide, *settings.unhide), base)
+    # The other confined servers' directories, also those not made yet: a server started first must
+    # not see the memory file of one started after it (`server_argv` makes them, to cover them).
+    others = [server_dir(config.home, n) for n, s in config.servers.items() if n != name and _confined(s, sandbox)]
+    # The config holds the other servers' `env` and `headers` (their keys): not for this one to read.
+    configs = [p for p in (config.path, config.home / "servers.toml") if p is not None]
+    own = server_dir(config.home, name)
+    return SandboxPolicy(
+        mode="rx" if settings.network else "sandbox",
+        home=config.home,
+        workspace=entry.cwd or own,
+        write_roots=() if settings.read_only else (own, *declared, *moved_caches(entry.env)),
+        config_path=config.path,
+        require_os_sandbox=sandbox.require_os_sandbox,
+        max_processes=sandbox.max_processes,
+        max_file_size_mb=sandbox.max_file_size_mb,
+        max_open_files=sandbox.max_open_files,
+        memory_mb=sandbox.memory_mb,
+        config_candidates=((Path.cwd() / "servers.toml").absolute(),),
+        hidden=tuple(dict.fromkeys((*hidden, *others, *configs))),
+        server_name=name,
+        read_only=settings.read_only,
+    )
+
+
+def confined_servers(config: Config) -> dict[str, bool]:
+    """Each stdio server of `config`, in order: whether it runs confined."""
+    return {n: _confined(s, config.sandbox) for n, s in config.servers.items() if s.command is not None}
+
+
+def _confined(entry: ServerConfig, sandbox: SandboxConfig) -> bool:
+    """Whether a server runs confined (and so has `$OMEGA_HOME/servers/NAME`)."""
+    return entry.command is not None and entry.confinement(sandbox.servers) is not None
+
+
+def server_argv(policy: SandboxPolicy, command: str, args: Sequence[str], environment: Mapping[str, str]) -> list[str]:
+    """The argv that starts `command` confined by `policy`; creates its own directory and its write roots.
+
+    Start it with `server_environment(policy, environment)`.
+
+    Raises:
+        FileNotFoundError: `command` is not found on the server's PATH.
+        OSError: a directory it needs cannot be created.
+        SandboxUnavailableError: the OS sandbox cannot be applied here.
+    """
+    if os.sep in command:
+        program = os.path.join(policy.workspace, command)
+    else:
+        program = shutil.which(command, path=environment.get("PATH", os.defpath)) or ""
+        if not program:
+            raise FileNotFoundError(2, "No such file or directory", command)
+    server_dir(policy.home, policy.server_name or "").mkdir(mode=0o700, parents=True, exist_ok=True)
+    for root in policy.write_roots:  # declared: made if missing (a path that does not exist gets no rule)
+        with contextlib.suppress(OSError):
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The other servers' directories (a memory file, a clone) are theirs alone: those of the servers
+    # in the config (made now if need be: a path that does not exist cannot be covered), and any other.
+    for other in policy.hidden:
+        if other.parent == policy.servers_dir:
+            other.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        siblings = tuple(p for p in policy.servers_dir.iterdir() if p.name != policy.server_name)
+    except OSError:
+        siblings = ()
+    if siblings:
+        policy = dataclasses.replace(policy, hidden=(*policy.hidden, *siblings))
+    return confined_argv(policy, [os.path.abspath(program), *args])
+
+
+def describe_confinement(policy: SandboxPolicy | None) -> dict[str, object]:
+    """How one server runs, for `tools --json`: `{"confined": false}` or what it may do."""
+    if policy is None:
+        return {"confined": False}
+    return {
+        "confined": True,
+        "network": policy.mode == "rx",
+        "cwd": str(policy.workspace),
+        "write_roots": [str(r) for r in policy.bash_write_roots if r != policy.tmp_dir],
+        "private_tmp": str(policy.tmp_dir),
+        "read_only": policy.read_only,
+        "hidden": [str(p) for p in policy.hidden_paths],
+    }
+
+
+def explain_denial(policy: SandboxPolicy, lines: Sequence[str]) -> str | None:
+    """What the sandbox refused a server, from its last stderr lines, and the setting that allows it.
+
+    E.g. `denied write to ~/.npm (the server is confined): add it to servers.x.sandbox.write_roots`.
+    None when the lines show no refusal.
+    """
+    key = f"servers.{policy.server_name}.sandbox"
+    for line in reversed(lines):
+        if _DENIED.search(line):
+            found = _QUOTED_PATH.search(line) or _BARE_PATH.search(line)
+            if found is None:
+                continue
+            return _denied_path(policy, Path(os.path.normpath(found.group(1))), key)
+    if policy.mode == "sandbox" and any(_OFFLINE.search(line) for line in lines):
+        return f"no network (the server is confined): set {key}.network = true if it needs one"
+    return None
+
+
+def offline_launcher(policy: SandboxPolicy, command: str) -> str | None:
+    """For a confined server without network started by a package launcher (which downloads at start)."""
+    launcher = os.path.basename(command)
+    if policy.mode != "sandbox" or launcher not in LAUNCHERS:
+        return None
+    return (
+        f"{launcher} fetches the server's package at start, and the server is confined without network: "
+        f"set servers.{policy.server_name}.sandbox.network = true"
+    )
+
+
+def _denied_path(policy: SandboxPolicy, path: Path, key: str) -> str:
+    shown = _tilde(path)
+    for hidden in policy.hidden_paths:
+        if path.is_relative_to(hidden):
+            if hidden.parent == policy.servers_dir:
+                return f"{shown} belongs to another server: a confined server sees only its own directory"
+            if hidden in (policy.config_path, policy.home / "servers.toml", policy.token_file, policy.state_dir):
+                return f"{shown} is omega's own configuration or state: no confined server may read it"
+            if hidden in default_hidden():
+                return f"{shown} is hidden from the server (a default secret): add {_tilde(hidden)!r} to {key}.unhide"
+            return f"{shown} is hidden from the server: remove {_tilde(hidden)!r} from `hide`"
+    if policy.read_only:
+        return f"denied write to {shown} (the server is confined, read_only): set {key}.read_only = false"
+    directory = path if path.is_dir() else path.parent
+    while not directory.exists() and directory.parent != directory:
+        directory = directory.parent
+    if directory == Path.home() or len(directory.parts) <= 2:  # never the whole home or /srv: the path itself
+        directory = path
+    return f"denied write to {shown} (the server is confined): add {_tilde(directory)!r} to {key}.write_roots"
+
+
+def _tilde(path: Path) -> str:
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) and path != home else str(path)
