@@ -280,3 +280,47 @@ def test_no_network_is_named_only_for_a_server_without_one(tmp_path: Path, home:
     )
     assert _explain(config, "on", line) is None
     assert _explain(config, "off", "listening on stdio", "bye") is None
+
+
+def test_a_server_that_lives_under_tmp_still_runs_and_tmp_stays_private(tmp_path: Path, home: Path):
+    """A project (or its venv) under /tmp: the private /tmp keeps, read-only, the top entry of each
+    absolute path on the command line, and nothing else of the host's /tmp."""
+    _skip_without_sandbox()
+    import json
+    import subprocess
+    import tempfile
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "hostile_server.py"
+    script = tmp_path / "server.py"  # under /tmp: pytest's tmp_path lives there
+    script.write_text(fixture.read_text())
+    policy = server_policy(_config(tmp_path, _server("s", '"default"', command=sys.executable)), "s")
+    assert policy is not None
+    env = server_environment(policy, {"PATH": os.environ["PATH"], "HOME": str(home)})
+    argv = server_argv(policy, sys.executable, [str(script)], env)
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="omega-host-only-") as elsewhere:
+        calls = [
+            {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "attempt", "arguments": a}}
+            for i, a in enumerate(
+                [
+                    {"action": "read", "target": str(script)},
+                    {"action": "list", "target": elsewhere},
+                    {"action": "write", "target": str(script) + ".planted"},
+                ]
+            )
+        ]
+        done = subprocess.run(
+            argv,
+            input="".join(json.dumps(c) + "\n" for c in calls),
+            env=env,
+            cwd=policy.workspace,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    texts = [json.loads(line)["result"]["content"][0]["text"] for line in done.stdout.splitlines()]
+    assert len(texts) == 3, done.stderr
+    assert texts[0].startswith("allowed: read")  # its own script, read-only
+    assert texts[1].startswith("denied: FileNotFoundError")  # another /tmp entry: not there at all
+    assert texts[2].startswith("denied:") and "Read-only file system" in texts[2]
+    assert not Path(str(script) + ".planted").exists()

@@ -329,7 +329,7 @@ def _linger() -> None:
 def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
     """Inside the namespaces (`mounts.setup`); returns whether the private /proc could be mounted."""
     try:
-        hide, tmp = (spec.hide, sockets or []), spec.private_tmp
+        hide, tmp = (spec.hide, sockets or []), (spec.private_tmp, spec.command)
         return mounts.setup(spec.pid_max, spec.netns, spec.binds, *hide, private_tmp=tmp, writable=spec.writable)
     except OSError as exc:
         raise _Failure(exc.strerror or str(exc)) from None

@@ -53,12 +53,13 @@ def setup(
     hide: list[str],
     sockets: list[str],
     *,
-    private_tmp: str = "",
+    private_tmp: tuple[str, list[str]] = ("", []),
     writable: list[str] | None = None,
 ) -> bool:
     """Everything PID 1 sets up before Landlock; returns whether a private /proc could be mounted
-    (everything else happens either way). `private_tmp` gets an empty tmpfs of its own; the
-    `writable` roots beneath it are bound back, so a server whose cwd is under /tmp still has it.
+    (everything else happens either way). `private_tmp` is (path, command): the path gets an empty
+    tmpfs of its own, what the command runs from there (`_runs_from`) is bound back read-only and
+    the `writable` roots beneath it read-write, so a server living under /tmp still runs.
 
     Raises:
         OSError: a mount that must not be skipped failed (binds, configured hides).
@@ -85,12 +86,10 @@ def setup(
             continue
         mount(path, path, None, _MS_BIND | _MS_REC)
         if op == "protect":
-            # A remount must keep the flags the kernel locked on the original mount.
-            flags = os.statvfs(path).f_flag
-            keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
-            mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
-    if private_tmp:
-        _private_tmp(private_tmp, [w for w in writable or [] if w != private_tmp and _under(w, [private_tmp])])
+            _remount_read_only(path)
+    tmp, command = private_tmp
+    if tmp:
+        _private_tmp(tmp, _runs_from(tmp, command), [w for w in writable or [] if w != tmp and _under(w, [tmp])])
     for path in hide:
         _cover(path)
     for path in sockets:
@@ -98,29 +97,57 @@ def setup(
             _cover(path, socket_only=True)
         except OSError:
             pass  # a listed socket may vanish meanwhile: one that cannot be covered is skipped
-    if binds or hide or sockets or private_tmp:
+    if binds or hide or sockets or tmp:
         # The cwd still points into the mounts as they were before the binds: re-enter it by
         # name, or relative paths would reach the protected files underneath.
         os.chdir(os.getcwd())
     return own_proc
 
 
-def _private_tmp(path: str, keep: list[str]) -> None:
-    """An empty, world-writable (sticky) tmpfs over `path`, with each of `keep` bound back in place."""
-    held: list[tuple[str, int]] = []
+def _private_tmp(path: str, keep: list[str], writable: list[str]) -> None:
+    """An empty, world-writable (sticky) tmpfs over `path`; `keep` bound back read-only first, then
+    `writable` read-write (each opened before the tmpfs hides it)."""
+    held: list[tuple[str, int, bool]] = []
     try:
-        for root in keep:
+        for root, read_only in [*((k, True) for k in keep), *((w, False) for w in writable)]:
             try:
-                held.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)))
+                held.append((root, os.open(root, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), read_only))
             except OSError:
-                continue  # gone or not a directory: Landlock skips it too
+                continue  # gone: nothing to keep (Landlock skips a missing root too)
         mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
-        for root, fd in held:
-            os.makedirs(root, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", root, None, _MS_BIND | _MS_REC)
+        for root, fd, read_only in held:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(root, exist_ok=True)
+            elif not os.path.lexists(root):
+                os.makedirs(os.path.dirname(root), exist_ok=True)
+                os.close(os.open(root, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))  # a file's mount point
+            # A kept entry alone (no submounts: a rw pin inside it would stay writable); a root with the
+            # read-only binds that protect omega's files inside it.
+            mount(f"/proc/self/fd/{fd}", root, None, _MS_BIND if read_only else _MS_BIND | _MS_REC)
+            if read_only:
+                _remount_read_only(root)
     finally:
-        for _, fd in held:
+        for _, fd, _ in held:
             os.close(fd)
+
+
+def _runs_from(tmp: str, command: list[str]) -> list[str]:
+    """The top entries under `tmp` of the command's words that are absolute paths there (its program,
+    also where a link to it leads: a venv's python; a script; a data directory)."""
+    kept: dict[str, None] = {}
+    for word in command:
+        if word.startswith("/"):
+            for path in (os.path.normpath(word), os.path.realpath(word)):
+                if _under(path, [tmp]) and path != tmp:
+                    kept[os.path.join(tmp, path[len(tmp.rstrip("/")) + 1 :].split("/")[0])] = None
+    return list(kept)
+
+
+def _remount_read_only(path: str) -> None:
+    """Make the bind at `path` read-only, keeping the flags the kernel locked on the original mount."""
+    flags = os.statvfs(path).f_flag
+    keep = (flags & _MS_LOCKABLE) | (_MS_RELATIME if flags & _ST_RELATIME else 0)
+    mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep)
 
 
 def _loopback_up() -> None:
