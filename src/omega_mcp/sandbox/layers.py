@@ -75,6 +75,6 @@ def sandbox_layers(
 def _servers(servers: Mapping[str, bool]) -> str:
     confined = [name for name, on in servers.items() if on]
     if not confined:
-        return 'off: downstream servers run with your rights ([sandbox] servers = "confined" confines them)'
+        return 'off: downstream servers run with your rights; [sandbox] servers = "confined" confines them'
     others = [name for name, on in servers.items() if not on]
     return f"on: {', '.join(confined)} confined" + (f"; {', '.join(others)} run with your rights" if others else "")
