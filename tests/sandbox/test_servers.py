@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from omega_mcp.config import Config, load_config
+from omega_mcp.proxy.spawn import spawn
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.servers import (
     describe_confinement,
@@ -184,9 +185,8 @@ def test_server_argv_makes_the_directories_it_needs_and_runs_the_command_last(tm
     config = _config(tmp_path, '[sandbox]\nservers = "confined"\n' + _server("a", command="npx") + _server("b"))
     policy = server_policy(config, "a")
     assert policy is not None
-    argv = server_argv(policy, "npx", ["-y", "pkg"], {"PATH": os.environ["PATH"]})
-    npx = argv[argv.index("--") + 1]
-    assert os.path.isabs(npx) and os.path.basename(npx) == "npx" and argv[-2:] == ["-y", "pkg"]
+    argv = server_argv(policy, "/usr/bin/npx", ["-y", "pkg"])
+    assert argv[argv.index("--") + 1 :] == ["/usr/bin/npx", "-y", "pkg"]
     servers = tmp_path / "omega" / "servers"
     for made in (servers / "a", servers / "b"):
         assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o700
@@ -199,15 +199,15 @@ def test_server_argv_with_network_keeps_the_host_network(tmp_path: Path, home: P
     _skip_without_sandbox()
     policy = server_policy(_config(tmp_path, _server("s", "{ network = true }")), "s")
     assert policy is not None
-    argv = server_argv(policy, ECHO, [], {"PATH": os.environ["PATH"]})
+    argv = server_argv(policy, ECHO, [])
     assert "--netns" not in argv and "--deny-tcp" not in argv
 
 
-def test_server_argv_of_a_command_not_on_path_raises_as_popen_would(tmp_path: Path, home: Path):
+def test_a_confined_command_not_on_path_raises_as_popen_would(tmp_path: Path, home: Path):
     policy = server_policy(_config(tmp_path, _server("s", '"default"')), "s")
     assert policy is not None
     with pytest.raises(FileNotFoundError):
-        server_argv(policy, "no-such-command-omega", [], {"PATH": str(tmp_path)})
+        spawn("no-such-command-omega", [], {"PATH": str(tmp_path)}, None, confinement=policy)
 
 
 # --- explain_denial ------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def test_a_server_that_lives_under_tmp_still_runs_and_tmp_stays_private(tmp_path
     policy = server_policy(_config(tmp_path, _server("s", '"default"', command=sys.executable)), "s")
     assert policy is not None
     env = server_environment(policy, {"PATH": os.environ["PATH"], "HOME": str(home)})
-    argv = server_argv(policy, sys.executable, [str(script)], env)
+    argv = server_argv(policy, sys.executable, [str(script)])
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="omega-host-only-") as elsewhere:
         calls = [
             {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "attempt", "arguments": a}}

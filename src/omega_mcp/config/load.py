@@ -160,7 +160,14 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
             "write_roots": tuple(p for p in (_absolute(r, base) for r in config.sandbox.write_roots) if p),
         }
     )
-    servers_abs = {
-        name: entry.model_copy(update={"cwd": _absolute(entry.cwd, base)}) for name, entry in config.servers.items()
-    }
+    servers_abs = {name: _server_paths(entry, base) for name, entry in config.servers.items()}
     return config.model_copy(update={"sandbox": sandbox, "servers": servers_abs})
+
+
+def _server_paths(entry: ServerConfig, base: Path) -> ServerConfig:
+    """`cwd` and the per-server sandbox's `write_roots` made absolute, like `[sandbox]`'s."""
+    update: dict[str, object] = {"cwd": _absolute(entry.cwd, base)}
+    if isinstance(entry.sandbox, ServerSandboxConfig):
+        roots = tuple(p for p in (_absolute(r, base) for r in entry.sandbox.write_roots) if p)
+        update["sandbox"] = entry.sandbox.model_copy(update={"write_roots": roots})
+    return entry.model_copy(update=update)

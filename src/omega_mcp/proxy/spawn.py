@@ -100,16 +100,19 @@ def _key(
     return command, tuple(args), tuple(sorted((env or {}).items())), str(cwd) if cwd is not None else None, confinement
 
 
-def _check_runnable(command: str, environment: Mapping[str, str], cwd: str | Path | None) -> None:
-    """Raise what Popen would for a command that cannot run (the launcher would only exit 127)."""
+def _program(command: str, environment: Mapping[str, str], cwd: str | Path | None) -> str:
+    """The absolute path `command` runs, or the error Popen would raise (a launcher would only exit 127)."""
     if os.sep in command:  # run as given, relative to the server's cwd
         path = Path(cwd or ".") / command
         if not path.is_file():
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
         if not os.access(path, os.X_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
-    elif shutil.which(command, path=environment.get("PATH", os.defpath)) is None:
+        return os.path.abspath(path)
+    found = shutil.which(command, path=environment.get("PATH", os.defpath))
+    if found is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+    return os.path.abspath(found)
 
 
 def spawn(
@@ -142,11 +145,11 @@ def spawn(
         cwd = confinement.workspace
         environment = server_environment(confinement, environment)
         try:
-            launcher = server_argv(confinement, command, args, environment)
+            launcher = server_argv(confinement, _program(command, environment, cwd), args)
         except SandboxUnavailableError as exc:
             raise PermissionError(errno.EPERM, str(exc)) from None
     else:
-        _check_runnable(command, environment, cwd)
+        _program(command, environment, cwd)  # deathsig.py runs it by name, as Popen would
         launcher = [sys.executable, "-I", "-S", str(_DEATHSIG), str(os.getpid()), "--", command, *args]
     child_in, our_in = os.pipe()
     our_out, child_out = os.pipe()
@@ -200,6 +203,7 @@ class EarlyStarts:
         if started_by_omega() is not None:
             return
         from omega_mcp.proxy.declared import declared_capabilities
+        from omega_mcp.sandbox.servers import server_policy
 
         capabilities = declared_capabilities(serving=serving, sampling=config.sampling.provider is not None)
         for server_name, server in config.servers.items():
@@ -207,8 +211,6 @@ class EarlyStarts:
                 continue
             if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
-            from omega_mcp.sandbox.servers import server_policy
-
             confinement = server_policy(config, server_name)
             key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:

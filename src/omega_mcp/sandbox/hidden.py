@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["DEFAULT_HIDDEN", "default_hidden", "effective_hidden", "is_default_hidden", "unhide_hint"]
+__all__ = ["DEFAULT_HIDDEN", "default_hidden", "effective_hidden", "is_default_hidden", "tilde", "unhide_hint"]
 
 DEFAULT_HIDDEN: tuple[str, ...] = (
     "~/.ssh",
@@ -55,10 +55,14 @@ def effective_hidden(hide: Sequence[Path], unhide: Sequence[Path], base: Path | 
     return tuple(dict.fromkeys((*kept, *(_expand(p, where) for p in hide))))
 
 
+def tilde(path: Path) -> str:
+    """`path` as a user writes it in servers.toml: `~/.ssh` for a path below the home directory."""
+    home = _expand("~")
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) and path != home else str(path)
+
+
 def unhide_hint(path: Path) -> str:
     """How to see `path` again: the `unhide` entry for a default, else removing it from `hide`."""
     if path in default_hidden():
-        home = _expand("~")
-        shown = f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
-        return f'remove it with [sandbox] unhide = ["{shown}"]'
+        return f'remove it with [sandbox] unhide = ["{tilde(path)}"]'
     return f"remove {path} from it to read it"

@@ -17,12 +17,11 @@ import contextlib
 import dataclasses
 import os
 import re
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from omega_mcp.config import Config, SandboxConfig, ServerConfig
-from omega_mcp.sandbox.hidden import default_hidden, effective_hidden
+from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, tilde
 from omega_mcp.sandbox.launch import confined_argv
 from omega_mcp.sandbox.policy import SandboxPolicy
 
@@ -65,19 +64,14 @@ _OFFLINE = re.compile(
 )
 
 
-def _expand(path: str | Path, base: Path | None) -> Path:
-    expanded = os.path.expanduser(str(path))
-    return Path(os.path.normpath(os.path.join(base, expanded) if base is not None else os.path.abspath(expanded)))
-
-
 def server_dir(home: Path, name: str) -> Path:
     """`$OMEGA_HOME/servers/NAME`: a confined server's own directory (its default cwd and its caches)."""
     return home / "servers" / name
 
 
-def moved_caches(env: Mapping[str, str], base: Path | None = None) -> tuple[Path, ...]:
+def moved_caches(env: Mapping[str, str]) -> tuple[Path, ...]:
     """The cache directories a server's own `env` chose (`PRIVATE_CACHES` variables it sets)."""
-    return tuple(dict.fromkeys(_expand(env[k], base) for k in PRIVATE_CACHES if env.get(k)))
+    return tuple(dict.fromkeys(Path(os.path.abspath(os.path.expanduser(env[k]))) for k in PRIVATE_CACHES if env.get(k)))
 
 
 def server_environment(policy: SandboxPolicy, environment: Mapping[str, str]) -> dict[str, str]:
@@ -95,7 +89,6 @@ def server_policy(config: Config, name: str) -> SandboxPolicy | None:
         return None
     base = config.path.parent if config.path is not None else None
     sandbox = config.sandbox
-    declared = tuple(_expand(p, base) for p in settings.write_roots)
     hidden = effective_hidden((*sandbox.hide, *settings.hide), (*sandbox.unhide, *settings.unhide), base)
     # The other confined servers' directories, also those not made yet: a server started first must
     # not see the memory file of one started after it (`server_argv` makes them, to cover them).
@@ -107,7 +100,7 @@ def server_policy(config: Config, name: str) -> SandboxPolicy | None:
         mode="rx" if settings.network else "sandbox",
         home=config.home,
         workspace=entry.cwd or own,
-        write_roots=() if settings.read_only else (own, *declared, *moved_caches(entry.env)),
+        write_roots=() if settings.read_only else (own, *settings.write_roots, *moved_caches(entry.env)),
         config_path=config.path,
         require_os_sandbox=sandbox.require_os_sandbox,
         max_processes=sandbox.max_processes,
@@ -131,22 +124,15 @@ def _confined(entry: ServerConfig, sandbox: SandboxConfig) -> bool:
     return entry.command is not None and entry.confinement(sandbox.servers) is not None
 
 
-def server_argv(policy: SandboxPolicy, command: str, args: Sequence[str], environment: Mapping[str, str]) -> list[str]:
-    """The argv that starts `command` confined by `policy`; creates its own directory and its write roots.
-
-    Start it with `server_environment(policy, environment)`.
+def server_argv(policy: SandboxPolicy, program: str, args: Sequence[str]) -> list[str]:
+    """The argv that starts `program` (an absolute path: `spawn` looks it up on the server's PATH)
+    confined by `policy`; creates its own directory and its write roots. Start it with
+    `server_environment(policy, environment)`.
 
     Raises:
-        FileNotFoundError: `command` is not found on the server's PATH.
         OSError: a directory it needs cannot be created.
         SandboxUnavailableError: the OS sandbox cannot be applied here.
     """
-    if os.sep in command:
-        program = os.path.join(policy.workspace, command)
-    else:
-        program = shutil.which(command, path=environment.get("PATH", os.defpath)) or ""
-        if not program:
-            raise FileNotFoundError(2, "No such file or directory", command)
     server_dir(policy.home, policy.server_name or "").mkdir(mode=0o700, parents=True, exist_ok=True)
     for root in policy.write_roots:  # declared: made if missing (a path that does not exist gets no rule)
         with contextlib.suppress(OSError):
@@ -157,12 +143,13 @@ def server_argv(policy: SandboxPolicy, command: str, args: Sequence[str], enviro
         if other.parent == policy.servers_dir:
             other.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        siblings = tuple(p for p in policy.servers_dir.iterdir() if p.name != policy.server_name)
+        listed = policy.servers_dir.iterdir()
+        siblings = tuple(p for p in listed if p.name != policy.server_name and p not in policy.hidden)
     except OSError:
         siblings = ()
-    if siblings:
+    if siblings:  # left by servers no longer in the config
         policy = dataclasses.replace(policy, hidden=(*policy.hidden, *siblings))
-    return confined_argv(policy, [os.path.abspath(program), *args])
+    return confined_argv(policy, [program, *args])
 
 
 def describe_confinement(policy: SandboxPolicy | None) -> dict[str, object]:
@@ -210,7 +197,7 @@ def offline_launcher(policy: SandboxPolicy, command: str) -> str | None:
 
 
 def _denied_path(policy: SandboxPolicy, path: Path, key: str) -> str:
-    shown = _tilde(path)
+    shown = tilde(path)
     for hidden in policy.hidden_paths:
         if path.is_relative_to(hidden):
             if hidden.parent == policy.servers_dir:
@@ -218,8 +205,8 @@ def _denied_path(policy: SandboxPolicy, path: Path, key: str) -> str:
             if hidden in (policy.config_path, policy.home / "servers.toml", policy.token_file, policy.state_dir):
                 return f"{shown} is omega's own configuration or state: no confined server may read it"
             if hidden in default_hidden():
-                return f"{shown} is hidden from the server (a default secret): add {_tilde(hidden)!r} to {key}.unhide"
-            return f"{shown} is hidden from the server: remove {_tilde(hidden)!r} from `hide`"
+                return f"{shown} is hidden from the server (a default secret): add {tilde(hidden)!r} to {key}.unhide"
+            return f"{shown} is hidden from the server: remove {tilde(hidden)!r} from `hide`"
     if policy.read_only:
         return f"denied write to {shown} (the server is confined, read_only): set {key}.read_only = false"
     directory = path if path.is_dir() else path.parent
@@ -227,9 +214,4 @@ def _denied_path(policy: SandboxPolicy, path: Path, key: str) -> str:
         directory = directory.parent
     if directory == Path.home() or len(directory.parts) <= 2:  # never the whole home or /srv: the path itself
         directory = path
-    return f"denied write to {shown} (the server is confined): add {_tilde(directory)!r} to {key}.write_roots"
-
-
-def _tilde(path: Path) -> str:
-    home = Path.home()
-    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) and path != home else str(path)
+    return f"denied write to {shown} (the server is confined): add {tilde(directory)!r} to {key}.write_roots"
