@@ -130,8 +130,9 @@ def test_omega_hidden_behind_a_wrapper_script_stops_at_once_and_leaves_no_proces
     wrapper = tmp_path / "start-server.sh"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m omega_mcp serve --config "{config}"\n')
     wrapper.chmod(0o755)
-    config = _config(tmp_path, str(wrapper), [])
-    assert not launches_omega(str(wrapper), [])  # only the inherited marker can tell
+    # Through /bin/sh: a program under /tmp, where the tools may write, would not be started at all.
+    config = _config(tmp_path, "/bin/sh", [str(wrapper)])
+    assert not launches_omega("/bin/sh", [str(wrapper)])  # only the inherited marker can tell
     done = _run_tools(config, tmp_path)
     assert "Traceback" not in done.stderr
     assert "omega: failed" in done.stdout

@@ -28,7 +28,7 @@ from omega_mcp.cli.register import run_claude_config, run_import
 from omega_mcp.cli.serve import run_serve
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import needs_servers
-from omega_mcp.cli.trust import check_trust
+from omega_mcp.cli.trust import check_trust, launch_guard
 from omega_mcp.config import Config, load_config
 from omega_mcp.errors import ConfigError, OmegaError, first_leaf
 from omega_mcp.loglevels import name_levels
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Downstream servers start loading now, while omega itself is still importing the SDK
                 # (not for a command that cannot use them: claude-config, import, a built-in call,
                 # agent --no-tools).
-                early.start(config, serving=args.command == "serve")
+                early.start(config, serving=args.command == "serve", guard=launch_guard(config, args))
             return _run(config, args, guard, early)
     except (ConfigError, UsageError) as exc:
         for line in str(exc).splitlines() or [""]:  # a ConfigError may carry several problems, one a line

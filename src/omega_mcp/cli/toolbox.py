@@ -161,6 +161,7 @@ async def open_toolbox(
     """
     from omega_mcp.proxy.client_requests import ClientRequests
     from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.sandbox.untrusted import LaunchGuard
     from omega_mcp.toolbox import Toolbox
 
     policy = policy_for(config, args)
@@ -175,7 +176,12 @@ async def open_toolbox(
                 await stack.enter_async_context(sampler)
             requests = ClientRequests(serving=args.command == "serve", sampler=sampler)
             downstreams = Downstreams.from_config(
-                config, startup_wait_seconds=startup_wait, early=early, one_shot=one_shot, client_requests=requests
+                config,
+                guard=LaunchGuard.of(policy),
+                startup_wait_seconds=startup_wait,
+                early=early,
+                one_shot=one_shot,
+                client_requests=requests,
             )
         else:
             downstreams = Downstreams([])

@@ -21,8 +21,9 @@ from omega_mcp.errors import ConfigError
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.sandbox.untrusted import LaunchGuard
 
-__all__ = ["check_trust", "policy_for"]
+__all__ = ["check_trust", "launch_guard", "policy_for"]
 
 logger = logging.getLogger("omega_mcp")
 
@@ -33,6 +34,13 @@ def policy_for(config: Config, args: argparse.Namespace) -> SandboxPolicy:
 
     workspace = Path(os.path.expanduser(args.workspace)).absolute() if getattr(args, "workspace", None) else None
     return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
+
+
+def launch_guard(config: Config, args: argparse.Namespace) -> LaunchGuard:
+    """What keeps this run's stdio servers away from its write roots (`sandbox/untrusted.py`)."""
+    from omega_mcp.sandbox.untrusted import LaunchGuard
+
+    return LaunchGuard.of(policy_for(config, args))
 
 
 def _implicit_cwd_config(config: Config, args: argparse.Namespace) -> bool:

@@ -113,7 +113,11 @@ class DownstreamSession(AsyncContextManagerMixin):
     def _transport(self, target: Target) -> AbstractAsyncContextManager[Streams]:
         if isinstance(target, StdioServerParameters):
             self.stdio = StdioTransport(
-                target, server_name=self.spec.server_name, early=self._early, confinement=self.spec.confinement
+                target,
+                server_name=self.spec.server_name,
+                early=self._early,
+                confinement=self.spec.confinement,
+                guard=self.spec.guard,
             )
             return self.stdio
         if isinstance(target, str):

@@ -8,7 +8,10 @@ connection attempt of each server then `adopt()`s its process and picks up the h
 Processes nobody adopted are killed when the `EarlyStarts` closes. Every server starts through
 `sandbox/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
 Env: the SDK's default inherited variables (`INHERITED_ENV`, checked against the SDK by a test),
-`PASSED_ENV` and `LC_*`, the server's `env`, and omega's marker (`recursion.MARKER`).
+`PASSED_ENV` and `LC_*`, `PYTHONSAFEPATH=1`, the server's `env`, and omega's marker (`recursion.MARKER`).
+With a `LaunchGuard` (`sandbox/untrusted.py`) a server starts in `$OMEGA_HOME/servers/NAME` unless
+its `cwd` says otherwise, never from a write root, and with no write root on its `PATH`: at every
+start, early or a restart.
 """
 
 from __future__ import annotations
@@ -33,8 +36,18 @@ from omega_mcp.version import __version__
 if TYPE_CHECKING:
     from omega_mcp.config import Config
     from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.sandbox.untrusted import LaunchGuard
 
-__all__ = ["INHERITED_ENV", "INIT_ID", "PASSED_ENV", "EarlyStarts", "Spawned", "default_environment", "spawn"]
+__all__ = [
+    "INHERITED_ENV",
+    "INIT_ID",
+    "PASSED_ENV",
+    "EarlyStarts",
+    "Spawned",
+    "default_environment",
+    "launch_problem",
+    "spawn",
+]
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """What the SDK's `get_default_environment()` passes to a stdio server on POSIX."""
@@ -79,7 +92,8 @@ def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str
     """The environment of a stdio server: the SDK's basics, locale, time zone and proxies, then its own `env`.
 
     `recursion.MARKER` (omega's pid) is always set last, so an omega started below this one, however
-    indirectly, knows it and starts no servers of its own.
+    indirectly, knows it and starts no servers of its own. `PYTHONSAFEPATH=1` keeps a Python server
+    from importing the script's directory or its cwd first (a planted `mcp_server_time.py`).
     """
     wanted = (*INHERITED_ENV, *PASSED_ENV)
     env = {
@@ -87,7 +101,7 @@ def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str
         for k, v in os.environ.items()
         if (k in wanted or k.startswith("LC_")) and not v.startswith("()")  # no exported bash functions
     }
-    return env | dict(extra or {}) | {MARKER: str(os.getpid())}
+    return env | {"PYTHONSAFEPATH": "1"} | dict(extra or {}) | {MARKER: str(os.getpid())}
 
 
 def _key(
@@ -115,6 +129,18 @@ def _program(command: str, environment: Mapping[str, str], cwd: str | Path | Non
     return os.path.abspath(found)
 
 
+def launch_problem(
+    guard: LaunchGuard, server_name: str, command: str, env: Mapping[str, str] | None, cwd: str | Path | None
+) -> str | None:
+    """Why `guard` refuses this server (its `cwd` or program in a write root), or None; `cwd` None is the default."""
+    where = Path(cwd) if cwd is not None else guard.default_cwd(server_name)
+    try:
+        program = _program(command, default_environment(env), where)
+    except OSError:
+        program = command  # not found (yet): the start reports that; a path is still judged as written
+    return guard.problem(server_name, os.path.join(where, program), where, cwd_configured=cwd is not None)
+
+
 def spawn(
     command: str,
     args: Sequence[str],
@@ -122,11 +148,14 @@ def spawn(
     cwd: str | Path | None,
     *,
     confinement: SandboxPolicy | None = None,
+    guard: tuple[LaunchGuard, str] | None = None,
 ) -> Spawned:
     """Start a server in its own process group with fresh pipes on stdin, stdout and stderr.
 
     With `confinement` (`sandbox/servers.py`) the server starts through the sandbox trampoline
-    instead, in its cwd; the trampoline dies with omega the same way.
+    instead, in its cwd; the trampoline dies with omega the same way. With `guard` (the guard and the
+    server's name) a `cwd` of None means `$OMEGA_HOME/servers/NAME`, and a server whose cwd or
+    program lies in a write root is refused (PermissionError naming the setting).
 
     The server runs through the `sandbox/deathsig.py` launcher, so it is SIGKILLed when omega dies,
     even by SIGKILL. PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call this
@@ -138,6 +167,16 @@ def spawn(
         OSError: the command cannot be started.
     """
     environment = default_environment(env)
+    if guard is not None:
+        launch_guard, server_name = guard
+        problem = launch_problem(launch_guard, server_name, command, env, cwd)
+        if problem is not None:
+            raise PermissionError(errno.EPERM, problem)
+        configured = cwd is not None
+        cwd = Path(cwd) if cwd is not None else launch_guard.default_cwd(server_name)
+        if not configured:
+            launch_guard.prepare(server_name, cwd)
+        environment = launch_guard.environment(environment)
     if confinement is not None:
         from omega_mcp.errors import SandboxUnavailableError
         from omega_mcp.sandbox.servers import server_argv, server_environment
@@ -192,13 +231,14 @@ class EarlyStarts:
     def __exit__(self, *exc_info: object) -> None:
         self.discard_all()
 
-    def start(self, config: Config, *, serving: bool = False) -> None:
+    def start(self, config: Config, *, serving: bool = False, guard: LaunchGuard | None = None) -> None:
         """Start every enabled stdio server of `config` and send it `initialize` (best effort).
 
         `serving`: omega serves MCP clients (`serve`), so it declares what it can pass on to them
         (`declared.py`), exactly as the SDK session it hands the server to would. Servers the
         supervisor will refuse (a config problem, omega itself, or any stdio server when this omega
-        was started by another) are left alone: it reports why.
+        was started by another) are left alone: it reports why. `guard` is the one the supervisor
+        starts servers with (`LaunchGuard.of` this omega's sandbox policy).
         """
         if started_by_omega() is not None:
             return
@@ -214,7 +254,14 @@ class EarlyStarts:
             confinement = server_policy(config, server_name)
             key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:
-                spawned = spawn(server.command, server.args, server.env or None, server.cwd, confinement=confinement)
+                spawned = spawn(
+                    server.command,
+                    server.args,
+                    server.env or None,
+                    server.cwd,
+                    confinement=confinement,
+                    guard=(guard, server_name) if guard is not None else None,
+                )
             except OSError:
                 continue  # the supervisor will try again and report why it cannot start
             try:

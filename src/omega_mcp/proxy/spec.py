@@ -29,7 +29,9 @@ from omega_mcp.config import ServerConfig, omega_home
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
+from omega_mcp.proxy.spawn import launch_problem
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
 
@@ -57,6 +59,8 @@ class DownstreamSpec:
     """The sandbox a stdio server starts in (`sandbox/servers.py`), None when it runs unconfined."""
     oauth: OAuthSettings | None = None
     """`auth = "oauth"` of a remote server (proxy/oauth.py), or None."""
+    guard: LaunchGuard | None = None
+    """Where a stdio server may start from (`sandbox/untrusted.py`): every start asks it, restarts too."""
 
     @classmethod
     def from_config(
@@ -67,12 +71,14 @@ class DownstreamSpec:
         problem: str | None = None,
         confinement: SandboxPolicy | None = None,
         home: Path | None = None,
+        guard: LaunchGuard | None = None,
     ) -> DownstreamSpec:
         """The spec of a `[servers.NAME]` entry (already validated and `${VAR}`-expanded).
 
         `problem` is `Config.server_problem(server_name)`: an entry that uses an unset variable keeps
         its unresolved `${VAR}` text and must not be started. `home` is `Config.home`, where the
-        OAuth tokens of a server with `auth = "oauth"` live (default: `$OMEGA_HOME`).
+        OAuth tokens of a server with `auth = "oauth"` live (default: `$OMEGA_HOME`). A stdio server
+        that `guard` refuses (its `cwd` or program in a write root) gets that as its `problem`.
         """
         target: Target
         if config.command is not None:
@@ -82,6 +88,8 @@ class DownstreamSpec:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
+            if problem is None and guard is not None:
+                problem = launch_problem(guard, server_name, config.command, dict(config.env) or None, config.cwd)
         else:
             assert config.url is not None  # config validation guarantees exactly one transport
             target = config.url
@@ -107,6 +115,7 @@ class DownstreamSpec:
             problem=problem,
             confinement=confinement,
             oauth=oauth,
+            guard=guard,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:

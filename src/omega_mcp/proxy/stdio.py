@@ -29,6 +29,7 @@ from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group
 from omega_mcp.sandbox.servers import explain_denial, offline_launcher
+from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = ["StdioTransport"]
 
@@ -58,8 +59,10 @@ class StdioTransport(AsyncContextManagerMixin):
         server_name: str,
         early: EarlyStarts | None = None,
         confinement: SandboxPolicy | None = None,
+        guard: LaunchGuard | None = None,
     ) -> None:
         self._early = early
+        self._guard = guard
         self.confinement = confinement
         self.params = params
         self.server_name = server_name
@@ -84,7 +87,8 @@ class StdioTransport(AsyncContextManagerMixin):
                 self.server_name, params.command, params.args, env, params.cwd, confinement=self.confinement
             )
         if spawned is None:
-            spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement)
+            guard = (self._guard, self.server_name) if self._guard is not None else None
+            spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement, guard=guard)
         self.early_initialize = spawned.initialize_sent
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned

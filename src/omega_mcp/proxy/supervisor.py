@@ -44,6 +44,7 @@ from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.results import Wire, error_wire
 from omega_mcp.sandbox.servers import server_policy
+from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
 
@@ -141,8 +142,9 @@ class Downstreams(AsyncContextManagerMixin):
         self._update_settled()
 
     @classmethod
-    def from_config(cls, config: Config, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts)."""
+    def from_config(cls, config: Config, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
+        """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts,
+        nor one that `guard` refuses: see `sandbox/untrusted.py`)."""
         specs = [
             DownstreamSpec.from_config(
                 name,
@@ -150,6 +152,7 @@ class Downstreams(AsyncContextManagerMixin):
                 problem=config.server_problem(name),
                 confinement=server_policy(config, name),
                 home=config.home,
+                guard=guard,
             )
             for name, entry in config.servers.items()
         ]

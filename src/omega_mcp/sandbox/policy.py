@@ -137,6 +137,8 @@ class SandboxPolicy:
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config, state and code: never writable (any mode), token never readable."""
         paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
+        # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
+        paths.append(self.home / "node_modules")
         paths += [*self.config_candidates, *self.own_code]
         if self.config_path is not None:
             paths.append(self.config_path)
