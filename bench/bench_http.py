@@ -19,9 +19,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 def _free_port() -> int:
@@ -34,7 +37,7 @@ def _start(tmp: Path, port: int) -> subprocess.Popen[bytes]:
     ws = tmp / "ws"
     ws.mkdir()
     (ws / "small.txt").write_text("hello\n" * 20)
-    env = {**os.environ, "OMEGA_HOME": str(tmp / "home")}
+    env = {**os.environ, "OMEGA_HOME": str(tmp / "home"), "OMEGA_TOKEN": _TOKEN}
     argv = [sys.executable, "-m", "omega_mcp", "serve", "--http", "--port", str(port), "--workspace", str(ws)]
     proc = subprocess.Popen([*argv, "--log-level", "warning"], env=env, cwd=tmp)
     deadline = time.monotonic() + 30
@@ -48,13 +51,22 @@ def _start(tmp: Path, port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("the hub did not start")
 
 
+_TOKEN = "bench-token"
+
+
+def _transport(url: str) -> Any:
+    """The hub always checks a token: every request of this client carries it."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {_TOKEN}"})
+    return streamable_http_client(url, http_client=http)
+
+
 def _pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
 async def _latency(url: str, mode: str, calls: int) -> list[float]:
-    async with mcp.Client(url, mode=mode) as client:
+    async with mcp.Client(_transport(url), mode=mode) as client:
         for _ in range(20):
             await client.call_tool("read", {"file_path": "small.txt"})
         samples: list[float] = []
@@ -83,7 +95,7 @@ async def _throughput(url: str, mode: str, clients: int, in_flight: int, total: 
         finished = anyio.Event()
 
         async def hold(index: int) -> None:
-            async with mcp.Client(url, mode=mode) as client:
+            async with mcp.Client(_transport(url), mode=mode) as client:
                 connected.append(client)
                 if len(connected) == clients:
                     ready.set()

@@ -266,3 +266,15 @@ def test_relative_paths_resolve_against_the_config_file(tmp_path):
     assert config.workspace == tmp_path / "ws"
     assert config.sandbox.write_roots == (tmp_path / "extra",)
     assert config.servers["a"].cwd == tmp_path / "sub"
+
+
+def test_hub_allowed_hosts_is_a_strict_list_of_names(tmp_path):
+    path = _write(tmp_path, '[hub]\nallowed_hosts = "omega.internal"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert (
+        str(info.value)
+        == f'{path}: hub.allowed_hosts: expected a list of host names, e.g. allowed_hosts = ["omega.internal"]'
+    )
+    path = _write(tmp_path, '[hub]\nallowed_hosts = ["omega.internal", "10.0.0.5:8765"]\n')
+    assert load_config(path, environ={}).hub.allowed_hosts == ("omega.internal", "10.0.0.5:8765")

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from cli_support import cli_env
+from hub_support import hub_client
 from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.declared import declared_capabilities
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -541,6 +542,9 @@ async def test_through_the_cli_cancelling_a_relayed_call_reaches_the_downstream_
             await client_cancelled.wait()  # the downstream withdrew its request; omega withdrew it here
 
 
+_HUB_TOKEN = "passthrough-hub-token"
+
+
 @pytest.fixture
 def http_hub(tmp_path: Path) -> Iterator[str]:
     """`omega-mcp serve --http` on a free loopback port with server `s`; yields its URL."""
@@ -550,7 +554,8 @@ def http_hub(tmp_path: Path) -> Iterator[str]:
     params = omega_serve(tmp_path)
     command = [params.command, *params.args, "--http", "--port", str(port)]
     with (tmp_path / "hub.log").open("wb") as log:
-        proc = subprocess.Popen(command, env=params.env, cwd=tmp_path, stderr=log)
+        env = {**(params.env or {}), "OMEGA_TOKEN": _HUB_TOKEN}
+        proc = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=log)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -580,9 +585,9 @@ async def test_over_the_http_hub_each_client_answers_its_own_calls_requests(http
         return answer
 
     async with (
-        mcp.Client(http_hub, mode=mode, sampling_callback=answering("first")) as first,
-        mcp.Client(
-            http_hub, mode=mode, sampling_callback=answering("second"), list_roots_callback=client_roots
+        hub_client(http_hub, _HUB_TOKEN, mode=mode, sampling_callback=answering("first")) as first,
+        hub_client(
+            http_hub, _HUB_TOKEN, mode=mode, sampling_callback=answering("second"), list_roots_callback=client_roots
         ) as second,
     ):
         await first.list_tools()

@@ -20,11 +20,15 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 
 from bash_processes import Markers, assert_gone, wait_running
+from hub_support import INITIALIZE, hub_client
 from omega_mcp.server.http import is_loopback, load_or_create_token
 
 _ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
 
-_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+TOKEN = "test-hub-token-0123456789"
+_AUTH = {"Authorization": f"Bearer {TOKEN}"}
+_NO_AUTH = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+_HEADERS = {**_NO_AUTH, **_AUTH}
 _SERVE = [sys.executable, "-m", "omega_mcp", "serve", "--http", "--mode", "rwx"]
 _PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 
@@ -39,7 +43,7 @@ def _start(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tu
     port = _free_port()
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
-    proc_env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home"), **(env or {})}
+    proc_env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home"), "OMEGA_TOKEN": TOKEN, **(env or {})}
     proc_env.pop("OMEGA_CONFIG", None)
     with (tmp_path / f"hub-{port}.log").open("wb") as log:  # the child keeps its own copy of the fd
         proc = subprocess.Popen(
@@ -92,7 +96,7 @@ def hub(tmp_path: Path) -> Iterator[int]:
 
 async def test_two_clients_at_once_have_independent_sessions(hub: int):
     url = f"http://127.0.0.1:{hub}/mcp"
-    async with mcp.Client(url, mode="legacy") as first, mcp.Client(url, mode="legacy") as second:
+    async with hub_client(url, TOKEN, mode="legacy") as first, hub_client(url, TOKEN, mode="legacy") as second:
         results: dict[str, str] = {}
 
         async def use(name: str, client: mcp.Client) -> None:
@@ -106,7 +110,7 @@ async def test_two_clients_at_once_have_independent_sessions(hub: int):
 
 
 async def test_stateless_2026_requests_are_answered(hub: int):
-    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="auto") as client:
+    async with hub_client(f"http://127.0.0.1:{hub}/mcp", TOKEN, mode="auto") as client:
         assert client.protocol_version == "2026-07-28"
         tools = (await client.list_tools()).tools
         assert [t.name for t in tools][:4] == ["bash", "read", "write", "edit"]
@@ -120,6 +124,20 @@ def test_a_foreign_host_or_origin_is_refused(hub: int):
     assert bad_origin.status_code == 403
 
 
+def test_allowed_hosts_lists_exactly_the_host_values_accepted(tmp_path: Path):
+    config = tmp_path / "servers.toml"
+    config.write_text('[hub]\nallowed_hosts = ["omega.internal"]\n')
+    proc, port = _start(tmp_path, "--config", str(config))
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        named = httpx2.post(url, json=INITIALIZE, headers={**_HEADERS, "Host": "omega.internal:8765"})
+        assert named.status_code == 200
+        assert httpx2.post(url, json=_PING, headers={**_HEADERS, "Host": "other.internal"}).status_code == 421
+        assert httpx2.post(url, json=_PING, headers=_HEADERS).status_code == 421  # loopback is not listed
+    finally:
+        assert _stop(proc) == 0
+
+
 def test_oversized_bodies_are_refused(hub: int):
     body = json.dumps({**_PING, "params": {"pad": "x" * (5 * 1024 * 1024)}})
     response = httpx2.post(f"http://127.0.0.1:{hub}/mcp", content=body, headers=_HEADERS)
@@ -127,10 +145,10 @@ def test_oversized_bodies_are_refused(hub: int):
 
 
 async def test_a_token_is_required_when_bound_to_a_non_loopback_address(tmp_path: Path):
-    proc, port = _start(tmp_path, "--host", "0.0.0.0")
+    proc, port = _start(tmp_path, "--host", "0.0.0.0", env={"OMEGA_TOKEN": ""})
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        assert httpx2.post(url, json=_PING, headers=_HEADERS).status_code == 401
+        assert httpx2.post(url, json=_PING, headers=_NO_AUTH).status_code == 401
         wrong = httpx2.post(url, json=_PING, headers={**_HEADERS, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401
         token_file = tmp_path / "home" / "token"
@@ -173,7 +191,7 @@ async def test_progress_sent_just_before_the_result_reaches_the_client(tmp_path:
     config.write_text(f'[servers.echo]\ncommand = "{sys.executable}"\nargs = ["{_ECHO_SERVER}"]\n')
     proc, port = _start(tmp_path, "--config", str(config))
     try:
-        async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+        async with hub_client(f"http://127.0.0.1:{port}/mcp", TOKEN, mode=mode) as client:
             for _ in range(3):  # the fixture answers right after its progress notification
                 received: list[tuple[float, float | None, str | None]] = []
 
@@ -193,9 +211,9 @@ async def test_sigterm_lets_a_call_in_flight_finish_and_closes_connected_clients
     marker = tmp_path / "ws" / "started"
     results: list[str] = []
     try:
-        async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as idle:  # holds its GET stream
+        async with hub_client(f"http://127.0.0.1:{port}/mcp", TOKEN, mode="legacy") as idle:  # holds its GET stream
             await idle.list_tools()
-            async with mcp.Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as busy:
+            async with hub_client(f"http://127.0.0.1:{port}/mcp", TOKEN, mode="legacy") as busy:
                 await busy.list_tools()  # or the client re-lists after the call, on a connection the hub refuses
 
                 async def call() -> None:
@@ -294,7 +312,7 @@ def test_the_hub_announces_once_where_it_serves_after_it_listens(tmp_path: Path)
     announced = [line for line in (tmp_path / f"hub-{port}.log").read_text().splitlines() if "serving" in line]
     assert announced == [
         f"omega-mcp INFO omega_mcp.server.http: serving streamable HTTP at http://127.0.0.1:{port}/mcp "
-        "(loopback only, no token)"
+        "(bearer token required)"
     ]
 
 
@@ -305,7 +323,7 @@ def _shell_id(result: object) -> str:
 
 async def test_a_session_cannot_read_or_kill_another_sessions_shell(hub: int, tmp_path: Path):
     url = f"http://127.0.0.1:{hub}/mcp"
-    async with mcp.Client(url, mode="legacy") as owner, mcp.Client(url, mode="legacy") as other:
+    async with hub_client(url, TOKEN, mode="legacy") as owner, hub_client(url, TOKEN, mode="legacy") as other:
         started = await owner.call_tool("bash", {"command": "echo secret-output; sleep 300", "run_in_background": True})
         shell_id = _shell_id(started)
         for tool in ("bash_output", "kill_shell"):
@@ -319,7 +337,7 @@ async def test_a_session_cannot_read_or_kill_another_sessions_shell(hub: int, tm
 
 
 async def test_shell_ids_cannot_be_guessed(hub: int):
-    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="legacy") as client:
+    async with hub_client(f"http://127.0.0.1:{hub}/mcp", TOKEN, mode="legacy") as client:
         ids = [
             _shell_id(await client.call_tool("bash", {"command": "true", "run_in_background": True})) for _ in range(2)
         ]
@@ -331,7 +349,7 @@ async def test_ending_a_session_kills_its_background_shells(hub: int):
     markers = Markers()
     marker = markers()  # bash runs in its own PID namespace: `$!` means nothing here, a unique argv does
     try:
-        async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="legacy") as client:
+        async with hub_client(f"http://127.0.0.1:{hub}/mcp", TOKEN, mode="legacy") as client:
             await client.call_tool("bash", {"command": f"sleep {marker}", "run_in_background": True})
             await wait_running(marker)
         await assert_gone(marker, bound=10)  # leaving the client sent DELETE for its session
@@ -340,7 +358,7 @@ async def test_ending_a_session_kills_its_background_shells(hub: int):
 
 
 async def test_a_stateless_2026_request_cannot_start_a_background_shell(hub: int):
-    async with mcp.Client(f"http://127.0.0.1:{hub}/mcp", mode="auto") as client:
+    async with hub_client(f"http://127.0.0.1:{hub}/mcp", TOKEN, mode="auto") as client:
         assert client.protocol_version == "2026-07-28"
         result = await client.call_tool("bash", {"command": "sleep 300", "run_in_background": True})
         assert result.is_error

@@ -123,6 +123,6 @@ def _token_hint(config: Config) -> None:
     )
     say(f'  export OMEGA_TOKEN="$(cat {token_file})"')
     say(
-        "omega-mcp: that is the hub's token file, written the first time a hub needs a token (bound off "
-        "loopback); a hub started with OMEGA_TOKEN set uses that value, and a loopback hub without it checks none"
+        "omega-mcp: that is the hub's token file, written when a hub first starts (the hub checks the token "
+        "on every request, loopback included); a hub started with OMEGA_TOKEN set uses that value instead"
     )

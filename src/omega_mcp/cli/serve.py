@@ -75,7 +75,14 @@ async def _serve(
             if args.http:
                 from omega_mcp.server.http import serve_http
 
-                await serve_http(server, host=args.host, port=args.port, token_file=policy.token_file, sockets=sockets)
+                await serve_http(
+                    server,
+                    host=args.host,
+                    port=args.port,
+                    token_file=policy.token_file,
+                    sockets=sockets,
+                    allowed_hosts=config.hub.allowed_hosts,
+                )
             else:
                 logger.info("serving MCP on stdio")
                 await run_stdio(server)

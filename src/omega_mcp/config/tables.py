@@ -59,6 +59,7 @@ _LISTS = {
     "unhide": ("paths", ["~/.ssh"]),
     "scopes": ("scopes", ["read", "write"]),
     "allow": ("server names", ["server-a"]),
+    "allowed_hosts": ("host names", ["omega.internal:8765"]),
 }
 
 
@@ -316,10 +317,14 @@ class SamplingConfig(_Strict):
 
 
 class HubConfig(_Strict):
-    """`[hub]`: how the MCP server names downstream tools for its client (see `names.Naming`)."""
+    """`[hub]`: how the MCP server names downstream tools for its client (see `names.Naming`), and the HTTP hub."""
 
     client_prefix: str = Field(default="", max_length=40, pattern=r"^[A-Za-z0-9_-]*$")
     names: Literal["full", "short"] = "full"
+    allowed_hosts: tuple[str, ...] | None = None
+    """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
+
+    _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
 
 
 class Config(_Strict):

@@ -2,9 +2,9 @@
 
 One `OmegaServer` (and so one Toolbox with its downstream connections) serves every client;
 the SDK's session manager gives each client its own session and answers both protocol eras.
-Safe by default: binds 127.0.0.1, checks Host and Origin against DNS rebinding, limits request
-bodies, and requires a bearer token whenever the bind address is not loopback (`OMEGA_TOKEN`,
-or a token generated once into `$OMEGA_HOME/token`, mode 0600, which the tools cannot read).
+Safe by default: binds 127.0.0.1, checks Host and Origin against DNS rebinding (`[hub]
+allowed_hosts`), limits request bodies, requires a bearer token on every request, loopback included
+(`auth.py`), and keeps half-open connections from starving the clients with one (`guard.py`).
 Shutdown, decided: stop accepting, let the requests in flight finish (bounded), then end every MCP
 session (so open SSE streams close by themselves) and only then close the connections: uvicorn's
 own order would wait on streams that never end and then cancel them mid-response.
@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import ipaddress
 import logging
-import os
-import secrets
 import socket
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +32,13 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from omega_mcp.errors import ConfigError, OmegaError
+from omega_mcp.server.auth import BearerTokenMiddleware, HubTokens, load_or_create_token
+from omega_mcp.server.guard import ConnectionGuard, raise_open_files_limit, waiting_cap
 from omega_mcp.server.server import OmegaServer
 
 __all__ = [
     "BearerTokenMiddleware",
+    "HubTokens",
     "bind_http",
     "build_http_app",
     "is_loopback",
@@ -65,58 +65,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def load_or_create_token(token_file: Path, environ: Mapping[str, str] | None = None) -> str:
-    """`OMEGA_TOKEN`, else the token stored in `token_file`, else a new one written there (0600).
-
-    Raises:
-        ConfigError: the token file exists but cannot be read, or cannot be created.
-    """
-    env = os.environ if environ is None else environ
-    given = env.get("OMEGA_TOKEN")
-    if given:
-        return given
-    try:
-        token = token_file.read_text(encoding="utf-8").strip()
-        if token:
-            return token
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise ConfigError(f"cannot read the hub token: {exc.strerror}", path=str(token_file)) from None
-    token = secrets.token_urlsafe(32)
-    try:
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(token + "\n")
-        os.chmod(token_file, 0o600)
-    except OSError as exc:
-        raise ConfigError(f"cannot write the hub token: {exc.strerror}", path=str(token_file)) from None
-    logger.warning("generated a hub token in %s (send it as 'Authorization: Bearer <token>')", token_file)
-    return token
-
-
-class BearerTokenMiddleware:
-    """Rejects HTTP requests without `Authorization: Bearer <token>` (constant-time compare)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            supplied = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(supplied, self._expected):
-                response = JSONResponse(
-                    {"error": "unauthorized", "error_description": "missing or wrong bearer token"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="omega-mcp"'},
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 class _InFlight:
@@ -165,7 +113,15 @@ class _CountRequests:
             self._in_flight.finished()
 
 
-def _security(host: str, port: int) -> TransportSecuritySettings:
+def _security(host: str, port: int, allowed_hosts: Sequence[str] | None = None) -> TransportSecuritySettings:
+    if allowed_hosts is not None:  # `[hub] allowed_hosts`: exactly these (behind a balancer)
+        hosts = [h for name in allowed_hosts for h in ((name,) if ":" in name.lstrip("[") else (name, f"{name}:*"))]
+        bare = [h.rsplit(":", 1)[0] if ":" in h.lstrip("[") else h for h in allowed_hosts]
+        origins = [f"{scheme}://{name}:*" for name in bare for scheme in ("http", "https")]
+        origins += [f"{scheme}://{name}" for name in bare for scheme in ("http", "https")]
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+        )
     hosts = [f"{name}:{port}" for name in _LOOPBACK_NAMES] + [f"{name}:*" for name in _LOOPBACK_NAMES]
     origins = [f"http://{name}:*" for name in _LOOPBACK_NAMES] + [f"https://{name}:*" for name in _LOOPBACK_NAMES]
     wildcard = host in ("0.0.0.0", "::", "")  # noqa: S104 - detecting a wildcard bind, not binding
@@ -173,23 +129,24 @@ def _security(host: str, port: int) -> TransportSecuritySettings:
         bracketed = f"[{host}]" if ":" in host else host
         hosts += [f"{bracketed}:{port}", bracketed]
         origins += [f"http://{bracketed}:{port}", f"https://{bracketed}:{port}"]
-    # A wildcard bind can be reached under any of the machine's names: Host cannot be pinned, so
-    # the bearer token (always required off loopback) is what stops a rebinding page.
+    # A wildcard bind can be reached under any of the machine's names: Host cannot be pinned unless
+    # `allowed_hosts` says which, so the bearer token is what stops a rebinding page.
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=not wildcard, allowed_hosts=hosts, allowed_origins=origins
     )
 
 
-def build_http_app(server: OmegaServer, *, host: str, port: int, token: str | None) -> Starlette:
-    """The ASGI app serving `/mcp`; with `token`, every request must carry it."""
+def build_http_app(
+    server: OmegaServer, *, host: str, port: int, tokens: HubTokens, allowed_hosts: Sequence[str] | None = None
+) -> Starlette:
+    """The ASGI app serving `/mcp`; every request must carry one of `tokens`."""
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         host=host,
-        transport_security=_security(host, port),
+        transport_security=_security(host, port, allowed_hosts),
         max_request_body_size=MAX_REQUEST_BODY_BYTES,
     )
-    if token is not None:
-        app.add_middleware(BearerTokenMiddleware, token=token)
+    app.add_middleware(BearerTokenMiddleware, tokens=tokens)
     in_flight = _InFlight()
     app.add_middleware(_CountRequests, in_flight=in_flight)
     app.state.in_flight = in_flight
@@ -295,20 +252,28 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve_http(
-    server: OmegaServer, *, host: str, port: int, token_file: Path, sockets: list[socket.socket] | None = None
+    server: OmegaServer,
+    *,
+    host: str,
+    port: int,
+    token_file: Path,
+    sockets: list[socket.socket] | None = None,
+    clients: Sequence[tuple[str, str]] = (),
+    allowed_hosts: Sequence[str] | None = None,
 ) -> None:
     """Serve on `sockets` (from `bind_http`; bound here when None) until cancelled, then shut down gracefully (bounded).
 
+    `clients` are the `[hub.clients]` (name, token) pairs accepted besides the hub's own token.
+
     Raises:
-        ConfigError: the token cannot be loaded or created, or the port cannot be bound.
+        ConfigError: the token cannot be loaded or created, two clients share one, or the port cannot be bound.
         OmegaError: the app failed to start.
     """
-    token: str | None = None
-    if not is_loopback(host) or os.environ.get("OMEGA_TOKEN"):
-        token = load_or_create_token(token_file)
+    tokens = HubTokens(load_or_create_token(token_file), clients)
     if sockets is None:
         sockets = bind_http(host, port)
-    app = build_http_app(server, host=host, port=port, token=token)
+    app = build_http_app(server, host=host, port=port, tokens=tokens, allowed_hosts=allowed_hosts)
+    guard = ConnectionGuard(tokens.authorized, waiting_cap(raise_open_files_limit()))
     config = uvicorn.Config(
         app,
         host=host,
@@ -317,12 +282,10 @@ async def serve_http(
         lifespan="on",
         timeout_graceful_shutdown=int(_CLOSE_SECONDS),
         access_log=False,
+        http=guard.protocol(),
     )
     http = _Uvicorn(config)
-    http.announce = (
-        f"serving streamable HTTP at http://{_address(host.strip('[]'), port)}/mcp "
-        f"({'bearer token required' if token else 'loopback only, no token'})"
-    )
+    http.announce = f"serving streamable HTTP at http://{_address(host.strip('[]'), port)}/mcp (bearer token required)"
     try:
         await http.serve(sockets)
     except SystemExit:
