@@ -123,6 +123,19 @@ class DownstreamError(ToolError):
     """A downstream MCP server is unavailable, timed out, or failed the request."""
 
 
+class DownstreamRefusedError(DownstreamError):
+    """A downstream answered a call with a JSON-RPC error: an MCP client gets that error as it is.
+
+    `code`, `rpc_message` and `data` are the downstream's; the message says which server refused.
+    """
+
+    def __init__(self, message: str, *, code: int, rpc_message: str, data: object = None) -> None:
+        self.code = code
+        self.rpc_message = rpc_message
+        self.data = data
+        super().__init__(message)
+
+
 class OAuthError(OmegaError):
     """OAuth for a remote server failed: login, metadata discovery, registration or a token exchange."""
 

@@ -40,7 +40,13 @@ from omega_mcp.builtin.schemas import (
     ReadArgs,
     WriteArgs,
 )
-from omega_mcp.errors import DownstreamError, InvalidArgumentsError, ToolError, UnknownToolError
+from omega_mcp.errors import (
+    DownstreamError,
+    DownstreamRefusedError,
+    InvalidArgumentsError,
+    ToolError,
+    UnknownToolError,
+)
 from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox.approvals import Approver, Grants
@@ -233,6 +239,7 @@ class Toolbox(AsyncContextManagerMixin):
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
+            DownstreamRefusedError: the downstream answered with a JSON-RPC error.
         """
         args = dict(arguments or {})
         try:
@@ -244,7 +251,7 @@ class Toolbox(AsyncContextManagerMixin):
             return await self.downstreams.call_tool(
                 route.server_name, route.tool_name, args, progress=progress, meta=meta
             )
-        except UnknownToolError:
+        except (UnknownToolError, DownstreamRefusedError):
             raise
         except ToolError as exc:
             return error_wire(str(exc))

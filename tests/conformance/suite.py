@@ -83,7 +83,10 @@ def process(args: list[str], port: int, log: Path, env: dict[str, str] | None = 
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_listening(port, proc)
+            try:
+                wait_listening(port, proc)
+            except (RuntimeError, TimeoutError) as exc:
+                raise RuntimeError(f"{exc}:\n{log.read_text(errors='replace')[-3000:]}") from None
             yield
         finally:
             proc.terminate()

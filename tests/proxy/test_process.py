@@ -157,7 +157,7 @@ async def test_tools_no_client_could_use_are_skipped_and_the_rest_are_exported(
         status = downstreams.statuses()[0]
     names = [t.name for t in tools]
     assert status.state == "connected"
-    assert names == [f"mcp__odd__{n}" for n in ("echo", "crash", "pid", "rich", "progress", "sleep")]
+    assert names == [f"mcp__odd__{n}" for n in ("echo", "crash", "pid", "rich", "progress", "refuse", "sleep")]
     assert tools[0].description == "Echo the text back."  # a name listed twice: the first one wins
     assert echoed.content[0].text == "still works"  # type: ignore[union-attr]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

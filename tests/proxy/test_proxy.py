@@ -13,6 +13,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp._sdk import Streams
+from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, gated, hub
 
@@ -147,18 +148,20 @@ async def test_an_unknown_tool_of_a_connected_server_is_unknown_tool_with_sugges
     assert "Unknown tool" in info.value.message and "mcp__d__echo" in info.value.message
 
 
-async def test_a_json_rpc_error_from_the_downstream_is_an_is_error_result_naming_the_server(
+async def test_a_json_rpc_error_from_the_downstream_reaches_a_client_as_is_and_the_agent_as_a_sentence(
     rwx_policy: SandboxPolicy,
 ):
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         raise MCPError(code=types.INVALID_PARAMS, message="no such widget")
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, toolbox, server):
         async with client(server) as c:
-            result = await c.call_tool("mcp__d__echo", {"text": "x"})
-    assert result.is_error
-    text = result.content[0].text  # type: ignore[union-attr]
-    assert "server d" in text and "no such widget" in text
+            with pytest.raises(MCPError) as caught:
+                await c.call_tool("mcp__d__echo", {"text": "x"})
+        with pytest.raises(DownstreamRefusedError) as refused:  # the agent loop and `call` get its sentence
+            await toolbox.call_tool("mcp__d__echo", {"text": "x"})
+    assert (caught.value.code, caught.value.message) == (types.INVALID_PARAMS, "no such widget")
+    assert "server d" in str(refused.value) and "no such widget" in str(refused.value)
 
 
 async def test_tools_and_exclude_tools_globs_filter_the_exported_tools(rwx_policy: SandboxPolicy):

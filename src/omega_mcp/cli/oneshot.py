@@ -118,7 +118,7 @@ def _render_block(block: Any) -> str:
 
 async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
     """Call one tool and print its result; exit 1 if the result is an error or the tool is unknown."""
-    from omega_mcp.errors import UnknownToolError
+    from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 
     try:
         arguments = json.loads(args.arguments)
@@ -129,7 +129,7 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
     async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
         try:
             result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
-        except UnknownToolError as exc:
+        except (UnknownToolError, DownstreamRefusedError) as exc:
             sys.stderr.write(f"omega-mcp: {exc}\n")
             return EXIT_FAILURE
     parts = [_render_block(block) for block in result.content]

@@ -207,6 +207,10 @@ class Relay:
             if call is None:
                 return True  # the answer to a call that timed out or was cancelled
             result = object_or_none(message.get("result"))
+            error = object_or_none(message.get("error"))
+            if error is not None and isinstance(error.get("code"), int):
+                await self._finish(request_id, error, failed=True)  # the server's own error, as it is
+                return True
             if "error" in message or result is None:
                 result = self._failure(call, message)
             elif not isinstance(result.get("content"), list):  # as forward_call: checked against the model
@@ -241,11 +245,15 @@ class Relay:
 
     # -- answers and timeouts ----------------------------------------------------------------
 
-    async def _finish(self, relay_id: str, result: dict[str, Any]) -> None:
+    async def _finish(self, relay_id: str, result: dict[str, Any], *, failed: bool = False) -> None:
+        """Answer the client's call with `result` (or, `failed`, with `result` as its JSON-RPC error)."""
         call = self._calls.pop(relay_id, None)
         if call is None:
             return
         self._by_client.pop(call.client_id, None)
+        if failed:
+            await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
+            return
         if call.modern:
             result = self._envelope(result)
         await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})

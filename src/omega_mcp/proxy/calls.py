@@ -2,9 +2,10 @@
 
 The downstream's result comes back as wire JSON and is handed on untouched (the hot path parses
 nothing it does not have to; only a result without a `content` list is checked against the SDK
-model). Every failure is an isError result a model can act on: a timeout (the request was
-cancelled downstream), a server that went away, a JSON-RPC error the server answered with, or a
-transport failure. The same sentences are used by the relay (fastpath/relay.py). The SDK hands each
+model). A failure is an isError result a model can act on: a timeout (the request was cancelled
+downstream), a server that went away, or a transport failure. A JSON-RPC error the server answered
+with is raised (`DownstreamRefusedError`): an MCP client gets that very error (code, message,
+data), the agent loop and `call` its sentence. The relay (fastpath/relay.py) does the same. The SDK hands each
 progress notification to its callback in a task of its own, so the result can overtake the last
 one; a call waits (bounded) for the progress it forwards before handing its result on, or an HTTP
 client whose response stream closes with the result would never see that progress.
@@ -21,6 +22,7 @@ from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
@@ -83,7 +85,12 @@ async def forward_call(
     progress: ProgressFnT | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> Wire:
-    """Send one tools/call and return the result as wire JSON; failures are isError results."""
+    """Send one tools/call and return the result as wire JSON; failures are isError results.
+
+    Raises:
+        DownstreamRefusedError: the server answered with a JSON-RPC error (not a timeout or a lost
+            connection); an MCP client gets that error as it is.
+    """
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
     params: dict[str, Any] = {"name": tool_name, "arguments": arguments}
     if meta:
@@ -101,7 +108,13 @@ async def forward_call(
         if exc.code == types.CONNECTION_CLOSED:
             session.lose("the server closed the connection")
             return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str)))
-        return error_wire(refused(server_name, tool_name, exc.message, exc.code))
+        # The downstream's own error, as it is (code, message, data): e.g. -32042 drives a flow.
+        raise DownstreamRefusedError(
+            refused(server_name, tool_name, exc.message, exc.code),
+            code=exc.code,
+            rpc_message=exc.message,
+            data=exc.error.data,
+        ) from None
     except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
         session.lose(f"{type(exc).__name__}: {exc}")
         return error_wire(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")

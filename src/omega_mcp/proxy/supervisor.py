@@ -389,7 +389,8 @@ class Downstreams(AsyncContextManagerMixin):
     ) -> Wire:
         """Forward one call and return the downstream's result as wire JSON, untouched.
 
-        Failures (down server, timeout, lost connection, a JSON-RPC error) are isError results.
+        Failures (down server, timeout, lost connection) are isError results; a JSON-RPC error the
+        server answered with raises `DownstreamRefusedError`.
         """
         entry = self._entries.get(server_name)
         if entry is None:

@@ -48,7 +48,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp._sdk import connection_of
 from omega_mcp.builtin.shells import NO_SESSION
-from omega_mcp.errors import UnknownToolError
+from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
@@ -176,6 +176,8 @@ class OmegaServer(Server[Any]):
             return await _as(SessionCaller(session, ctx.request_id), run, session.report_progress)
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
+            raise MCPError(code=exc.code, message=exc.rpc_message, data=exc.data) from None
 
     async def _modern_call(
         self,
@@ -222,6 +224,8 @@ class OmegaServer(Server[Any]):
             )
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
+            raise MCPError(code=exc.code, message=exc.rpc_message, data=exc.data) from None
         finally:
             CALLER.reset(token)
 
