@@ -325,6 +325,8 @@ class HubConfig(_Strict):
     """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
 
     _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
+    max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
+    """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
 
 
 class Config(_Strict):

@@ -6,7 +6,9 @@ event-loop round trips per message: most of what a proxy hop costs. These two cl
 the SDK's `ReadStream` / `WriteStream` protocols directly on the descriptor: `receive()` reads
 and parses in the caller's task, `send()` writes in the caller's task and only waits when the
 pipe is full (later senders queue behind, in order, with a bounded backlog). One reader at a time.
-A reader may carry an `intercept` hook that sees each message as plain JSON first and can take it
+A reader bounds what one message may take (`max_message_bytes`): a longer line ends the stream,
+with `overflow` saying so, instead of growing the buffer without end. A reader may carry an
+`intercept` hook that sees each message as plain JSON first and can take it
 (the tools/call relay in relay.py); a writer can also send already-encoded messages (`send_raw`).
 """
 
@@ -71,10 +73,13 @@ class MessageReadStream:
 class PipeReader(MessageReadStream):
     """Newline-delimited JSON-RPC messages from a non-blocking descriptor (not closed by us)."""
 
-    def __init__(self, fd: int, *, label: str = "") -> None:
+    def __init__(self, fd: int, *, label: str = "", max_message_bytes: int | None = None) -> None:
         os.set_blocking(fd, False)
         self.fd = fd
         self.label = label
+        self.max_message_bytes = max_message_bytes
+        self.overflow: str | None = None
+        """Set when a message longer than `max_message_bytes` ended the stream: why, in words."""
         self._lines: deque[bytes] = deque()
         self._partial = bytearray()
         self._eof = False
@@ -157,6 +162,28 @@ class PipeReader(MessageReadStream):
                 *lines, rest = self._partial.split(b"\n")
                 self._partial = rest
                 self._lines.extend(bytes(line) for line in lines if line.strip())
+            self._bound()
+
+    def _bound(self) -> None:
+        """End the stream at a message over the bound: the buffer never holds more than it and one read.
+
+        Messages before the long one are still delivered; nothing after it is read.
+        """
+        limit = self.max_message_bytes
+        if limit is None:
+            return
+        for index, line in enumerate(self._lines):  # only this read's lines: receive() reads when none are left
+            if len(line) > limit:
+                while len(self._lines) > index:
+                    self._lines.pop()
+                break
+        else:
+            if len(self._partial) <= limit:
+                return
+        self.overflow = f"a message exceeded max_message_mb ({limit / (1 << 20):g} MiB)"
+        logger.warning("%s %s; closing the connection", self.label, self.overflow)
+        self._partial = bytearray()
+        self._eof = True
 
     async def aclose(self) -> None:
         self._closed = True

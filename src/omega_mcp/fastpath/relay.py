@@ -163,8 +163,9 @@ class Relay:
                 _encode({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
             )
         except _GONE:
-            session.lose("the server closed the connection")
-            await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name)))
+            why = session.stopped_because()
+            session.lose(why or "the server closed the connection")
+            await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
             return True
         deadline = anyio.current_time() + timeout
         if not self._deadlines or deadline < self._deadlines[0][0]:
@@ -241,7 +242,8 @@ class Relay:
     async def _fail_session(self, session: DownstreamSession) -> None:
         for relay_id, call in list(self._calls.items()):
             if call.session is session:
-                await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name)))
+                why = session.stopped_because()
+                await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
 
     # -- answers and timeouts ----------------------------------------------------------------
 

@@ -66,9 +66,14 @@ def timed_out(server_name: str, tool_name: str, timeout: float) -> str:
     )
 
 
-def went_away(server_name: str, tool_name: str, *, remote: bool = False) -> str:
-    """The isError text of a call whose server died (or, `remote`, whose connection broke) under it."""
+def went_away(server_name: str, tool_name: str, *, remote: bool = False, why: str | None = None) -> str:
+    """The isError text of a call whose server died (or, `remote`, whose connection broke) under it.
+
+    `why` is `DownstreamSession.stopped_because()`: omega ended the connection itself, for that reason.
+    """
     again = "reconnect to it" if remote else "restart it"
+    if why is not None:
+        return f"server {server_name} was stopped during the call to {tool_name}: {why}; omega will {again}"
     return f"server {server_name} went away during the call to {tool_name}; omega will {again}"
 
 
@@ -106,8 +111,9 @@ async def forward_call(
         if exc.code == types.REQUEST_TIMEOUT:
             return error_wire(timed_out(server_name, tool_name, timeout))
         if exc.code == types.CONNECTION_CLOSED:
-            session.lose("the server closed the connection")
-            return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str)))
+            why = session.stopped_because()
+            session.lose(why or "the server closed the connection")
+            return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str), why=why))
         # The downstream's own error, as it is (code, message, data): e.g. -32042 drives a flow.
         raise DownstreamRefusedError(
             refused(server_name, tool_name, exc.message, exc.code),

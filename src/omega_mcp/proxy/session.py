@@ -118,6 +118,7 @@ class DownstreamSession(AsyncContextManagerMixin):
                 early=self._early,
                 confinement=self.spec.confinement,
                 guard=self.spec.guard,
+                max_message_bytes=self.spec.max_message_bytes,
             )
             return self.stdio
         if isinstance(target, str):
@@ -179,7 +180,7 @@ class DownstreamSession(AsyncContextManagerMixin):
                 with anyio.fail_after(self.spec.timeout_seconds):  # initialize is a request: `timeout` bounds it
                     early = await self._early_answer(read)
         dispatcher = JSONRPCDispatcher[Any](
-            EofWatch(read, lambda: self._lost("the server closed the connection")), write
+            EofWatch(read, lambda: self._lost(self.stopped_because() or "the server closed the connection")), write
         )
         options = self._requests.session_options() if self._requests is not None else {}
         session = ClientSession(
@@ -221,6 +222,8 @@ class DownstreamSession(AsyncContextManagerMixin):
     def with_exit(self, reason: str) -> str:
         """`reason`, with how the server process ended when it exited by itself."""
         stdio = self.stdio
+        if stdio is not None and stdio.overflow is not None:
+            return stdio.overflow
         if stdio is not None and stdio.exited_by_itself:
             return f"{reason} ({stdio.exit_detail()})"
         hint = stdio.confinement_hint() if stdio is not None else None
@@ -263,6 +266,10 @@ class DownstreamSession(AsyncContextManagerMixin):
             callback()
         else:
             self._close_callbacks.append(callback)
+
+    def stopped_because(self) -> str | None:
+        """Why omega itself ended the connection (a message over `[hub] max_message_mb`), or None."""
+        return self.stdio.overflow if self.stdio is not None else None
 
     def lose(self, reason: str) -> None:
         """Declare the connection dead (a call saw it fail); the supervisor will reconnect."""

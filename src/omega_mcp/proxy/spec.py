@@ -25,7 +25,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from omega_mcp._sdk import Transport
-from omega_mcp.config import ServerConfig, omega_home
+from omega_mcp.config import HubConfig, ServerConfig, omega_home
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
@@ -36,6 +36,8 @@ from omega_mcp.sandbox.untrusted import LaunchGuard
 __all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_MESSAGE_MB = HubConfig().max_message_mb
 
 Target = StdioServerParameters | str | Callable[[], Transport]
 """What a downstream is: a stdio command, a URL, or a transport factory (tests connect in-process servers so)."""
@@ -61,6 +63,8 @@ class DownstreamSpec:
     """`auth = "oauth"` of a remote server (proxy/oauth.py), or None."""
     guard: LaunchGuard | None = None
     """Where a stdio server may start from (`sandbox/untrusted.py`): every start asks it, restarts too."""
+    max_message_bytes: int = _MAX_MESSAGE_MB << 20
+    """`[hub] max_message_mb`: the longest message read from a stdio server before it is stopped."""
 
     @classmethod
     def from_config(
@@ -72,6 +76,7 @@ class DownstreamSpec:
         confinement: SandboxPolicy | None = None,
         home: Path | None = None,
         guard: LaunchGuard | None = None,
+        max_message_mb: int = _MAX_MESSAGE_MB,
     ) -> DownstreamSpec:
         """The spec of a `[servers.NAME]` entry (already validated and `${VAR}`-expanded).
 
@@ -116,6 +121,7 @@ class DownstreamSpec:
             confinement=confinement,
             oauth=oauth,
             guard=guard,
+            max_message_bytes=max_message_mb << 20,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:

@@ -6,8 +6,10 @@ SIGTERMs and SIGKILLs the group, under a shielded scope with every step bounded;
 started by `spawn.py`, which may have done so before the SDK was even imported), but talks to
 the pipes through `pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
 what a supervisor needs: the pid, the exit status and the last lines of stderr, so "server X is
-down" can say why. The server's stderr goes to our log, line by line. A crash is noticed by the
-exit status as well as by EOF: a grandchild that inherited stdout can keep the pipe open.
+down" can say why. A message longer than `[hub] max_message_mb` ends the connection (`overflow`)
+and the server is killed at once: omega never buffers more than that bound. The server's stderr
+goes to our log, line by line. A crash is noticed by the exit status as well as by EOF: a
+grandchild that inherited stdout can keep the pipe open.
 """
 
 from __future__ import annotations
@@ -60,9 +62,12 @@ class StdioTransport(AsyncContextManagerMixin):
         early: EarlyStarts | None = None,
         confinement: SandboxPolicy | None = None,
         guard: LaunchGuard | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._early = early
         self._guard = guard
+        self._max_message_bytes = max_message_bytes
+        self._reader: PipeReader | None = None
         self.confinement = confinement
         self.params = params
         self.server_name = server_name
@@ -99,7 +104,7 @@ class StdioTransport(AsyncContextManagerMixin):
         # No await between the spawn and the try below: a cancellation there would leak the process.
         process = spawned.process
         self.pid = process.pid
-        reader = PipeReader(spawned.stdout, label=self.label)
+        reader = self._reader = PipeReader(spawned.stdout, label=self.label, max_message_bytes=self._max_message_bytes)
         writer = PipeWriter(spawned.stdin, label=self.label)
         try:
             async with anyio.create_task_group() as task_group:
@@ -117,6 +122,11 @@ class StdioTransport(AsyncContextManagerMixin):
                     await self._stop(process, reader, writer)
             self._close_fds()
 
+    @property
+    def overflow(self) -> str | None:
+        """Why omega stopped reading the server (a message over `[hub] max_message_mb`), or None."""
+        return self._reader.overflow if self._reader is not None else None
+
     def _close_fd(self, fd: int) -> None:
         if fd in self._open_fds:
             self._open_fds.discard(fd)
@@ -130,12 +140,13 @@ class StdioTransport(AsyncContextManagerMixin):
 
     async def _stop(self, process: subprocess.Popen[bytes], reader: PipeReader, writer: PipeWriter) -> None:
         """Close stdin, wait for a voluntary exit, then kill the whole group (every step bounded)."""
-        if reader.at_eof or process.poll() is not None:
+        if self.overflow is None and (reader.at_eof or process.poll() is not None):
             self.exited_by_itself = True  # it went away before we asked
         self._stopping = True
         writer.abort()
         self._close_fd(writer.fd)  # EOF on the server's stdin: the spec's polite "please exit"
-        await self._wait_exit(process, _EXIT_GRACE_SECONDS)
+        if self.overflow is None:  # one still writing a message too long to read gets no grace
+            await self._wait_exit(process, _EXIT_GRACE_SECONDS)
         # Even after a clean exit, children it left in its group (npx → node) must go too. Its pid is the
         # group id (a new session), even once it is reaped; polling reaps it, or it would linger as a zombie.
         await terminate_group(

@@ -153,6 +153,7 @@ class Downstreams(AsyncContextManagerMixin):
                 confinement=server_policy(config, name),
                 home=config.home,
                 guard=guard,
+                max_message_mb=config.hub.max_message_mb,
             )
             for name, entry in config.servers.items()
         ]
