@@ -324,9 +324,10 @@ class HubConfig(_Strict):
     allowed_hosts: tuple[str, ...] | None = None
     """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
 
-    _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
     max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
     """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
+
+    _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
 
 
 class Config(_Strict):
