@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from omega_mcp.agent.loop import AgentEvent, ContextElidedEvent, TextEvent, ToolCallEvent, ToolResultEvent
 from omega_mcp.messages import Message, ModelResponse, ToolSpec, Usage
 from omega_mcp.providers import Provider
+from omega_mcp.visible import json_safe
 
 __all__ = ["PREFIX", "Printer", "StreamedTurns", "json_line", "line", "streams_live", "usage_line"]
 
@@ -166,7 +167,7 @@ def line(stream: TextIO, text: str) -> None:
 
 def json_line(stream: TextIO, data: dict[str, Any]) -> None:
     """One JSON object; plain ASCII escapes when the stream cannot encode the text itself."""
-    text = json.dumps(data, ensure_ascii=False)
+    text = json_safe(json.dumps(data, ensure_ascii=False))
     try:
         text.encode(stream.encoding or "utf-8")
     except (UnicodeEncodeError, LookupError):

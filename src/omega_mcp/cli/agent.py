@@ -9,7 +9,9 @@ text streams to stdout unless `--no-stream` (or `--json`, or stdout is a file).
 Without PROMPT the prompt is read from stdin, unless stdin is a terminal: then `main` runs the
 interactive conversation (`converses`), which handles SIGINT itself. Every run is saved as a
 session (`--continue`, `--resume ID`, `--sessions`: `omega_mcp.agent.sessions`), and writes the
-sandbox lets the user approve are asked on the terminal (`omega_mcp.agent.approve`).
+sandbox lets the user approve are asked on the terminal (`omega_mcp.agent.approve`). stdout and stderr
+go through `visible.VisibleStream`: no control character a model, tool or server sends reaches the
+terminal as a control sequence.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 from omega_mcp.cli.common import UsageError, say
 from omega_mcp.cli.signals import SignalGuard
@@ -53,12 +55,16 @@ async def run_agent(
     from omega_mcp.agent.approve import approving_tools
     from omega_mcp.agent.command import run_agent_command
     from omega_mcp.agent.sessions import SessionStore
+    from omega_mcp.visible import VisibleStream
 
+    # Everything the agent prints may quote a model, a tool, a file or a server: escapes are shown.
+    out = cast(TextIO, VisibleStream(out))
+    err = cast(TextIO, VisibleStream(sys.stderr))
     store = SessionStore(config.home)
     if args.sessions:
         if args.prompt is not None or args.continue_latest or args.resume is not None:
             raise UsageError("--sessions only lists the saved sessions: give it no PROMPT, --continue or --resume")
-        return terminal.list_sessions(store, out, sys.stderr)
+        return terminal.list_sessions(store, out, err)
     if guard is not None and args.json:
         raise UsageError("--json needs a PROMPT (or the prompt on stdin); the conversation prints text")
     prompt = args.prompt
@@ -79,11 +85,11 @@ async def run_agent(
     async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
         recorder.workspace = str(toolbox.policy.workspace)
         if guard is not None and stdin is not None:
-            session = terminal.conversation(recorder, fd=stdin.fileno(), out=sys.stderr, guard=guard)
+            session = terminal.conversation(recorder, fd=stdin.fileno(), out=err, guard=guard)
         else:
             assert prompt is not None
             session = terminal.one_shot(prompt, recorder)
-        with approving_tools(toolbox, sys.stderr, json_output=args.json) as tools:
+        with approving_tools(toolbox, err, json_output=args.json) as tools:
             return await run_agent_command(
                 prompt=prompt or "",
                 config=config,
@@ -97,7 +103,7 @@ async def run_agent(
                 system=args.system,
                 json_output=args.json,
                 stdout=out,
-                stderr=sys.stderr,
+                stderr=err,
                 environ=os.environ,
                 stream=False if args.no_stream else None,
                 sandbox=toolbox.policy,

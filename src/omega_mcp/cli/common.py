@@ -1,12 +1,15 @@
 """What every `omega-mcp` command module shares: the exit codes, the usage error and the stderr line.
 
-Standard library only, so importing it costs nothing before `EarlyStarts.start` (proxy/spawn.py) runs. `main` maps
-`UsageError` (like a `ConfigError`) to exit 2 and one `omega-mcp: error: ...` line on stderr.
+Standard library only (and `visible`), so importing it costs nothing before `EarlyStarts.start` (proxy/spawn.py)
+runs. `main` maps `UsageError` (like a `ConfigError`) to exit 2 and one `omega-mcp: error: ...` line on stderr; a
+line may quote what a model, a server or a file said, so its control characters are shown escaped.
 """
 
 from __future__ import annotations
 
 import sys
+
+from omega_mcp.visible import visible
 
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "UsageError", "say"]
 
@@ -20,4 +23,4 @@ class UsageError(Exception):
 def say(line: str) -> None:
     """Write one line to stderr, if there still is one."""
     if sys.stderr is not None:  # a closed stderr: the exit code is all that is left
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(visible(line) + "\n")

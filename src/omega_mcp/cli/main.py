@@ -260,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log lines quote downstream servers and models: their control characters are shown, not run."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from omega_mcp.visible import visible
+
+        return visible(super().format(record))
+
+
 def _setup_logging(level_name: str) -> None:
     level = logging.getLevelNamesMapping().get(level_name.upper())
     if level is None:
@@ -271,7 +280,7 @@ def _setup_logging(level_name: str) -> None:
         reconfigure(errors="backslashreplace")
     name_levels()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("omega-mcp %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_VisibleFormatter("omega-mcp %(levelname)s %(name)s: %(message)s"))
     # The handler's own level keeps stderr at the chosen level even when an MCP client asks for
     # debug logs (logging/setLevel lowers omega's logger level, not this handler's).
     handler.setLevel(level)
