@@ -193,3 +193,31 @@ def test_a_server_whose_program_lies_in_the_workspace_is_refused_naming_the_sett
     assert done.returncode == 1
     assert "local: failed: not started: servers.local.command" in done.stdout, done.stdout + done.stderr
     assert not marker.exists()
+
+
+async def test_a_restarted_npx_server_does_not_run_a_package_planted_in_omegas_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first start fails and the supervisor restarts the server: that restart must not resolve
+    `npx -y <pkg>` from the workspace (omega's cwd) either."""
+    if shutil.which("npx") is None:
+        pytest.skip("npx is not installed")
+    starts, marker = tmp_path / "starts", tmp_path / "marker"
+    script = (
+        f"echo start >> {starts}; if [ $(wc -l < {starts}) -lt 2 ]; then exit 1; fi; "
+        f"npx -y {_PACKAGE}; echo done >> {starts}"
+    )
+    npm_env = f'npm_config_offline = "true"\nnpm_config_cache = "{tmp_path / "npm-cache"}"\n'
+    servers = f'[servers.pkg]\ncommand = "sh"\nargs = {json.dumps(["-c", script])}\n[servers.pkg.env]\n{npm_env}'
+    ws, config_path = _project(tmp_path, servers)
+    _plant_npm(ws, _PACKAGE, marker)
+    monkeypatch.chdir(ws)  # omega started from the project, as Claude Code starts it
+    monkeypatch.setenv("OMEGA_HOME", str(tmp_path / "home"))
+    config = load_config(config_path)
+    policy = SandboxPolicy.from_config(config)
+    async with Downstreams.from_config(config, guard=LaunchGuard.of(policy), backoff_seconds=0.05):
+        with anyio.fail_after(60):
+            while "done" not in (starts.read_text() if starts.exists() else ""):  # noqa: ASYNC110 - a test poll
+                await anyio.sleep(0.05)
+    assert starts.read_text().count("start") >= 2
+    assert not marker.exists(), marker.read_text()
