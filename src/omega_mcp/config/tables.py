@@ -22,7 +22,13 @@ from pydantic import (
 )
 
 from omega_mcp.narrow import as_object
-from omega_mcp.sandbox.hidden import DEFAULT_HIDDEN, is_default_hidden
+from omega_mcp.sensitive import (
+    DEFAULT_HIDDEN,
+    DEFAULT_PROTECTED,
+    is_default_hidden,
+    is_default_protected,
+    normalize_protected,
+)
 
 __all__ = [
     "AgentConfig",
@@ -57,6 +63,8 @@ _LISTS = {
     "env_passthrough": ("variable names", ["GITHUB_TOKEN"]),
     "hide": ("paths", ["~/secret-dir"]),
     "unhide": ("paths", ["~/.ssh"]),
+    "protect": ("names or globs", ["Makefile"]),
+    "unprotect": ("names", [".idea/"]),
     "scopes": ("scopes", ["read", "write"]),
     "allow": ("server names", ["server-a"]),
     "allowed_hosts": ("host names", ["omega.internal:8765"]),
@@ -115,6 +123,25 @@ def _unhide_defaults(value: tuple[Path, ...]) -> tuple[Path, ...]:
     return value
 
 
+def _protected_names(value: Any, info: ValidationInfo) -> Any:
+    names = _need_list(value, info)
+    for item in names:  # pyright: ignore[reportUnknownVariableType]
+        if not isinstance(item, str):
+            raise ValueError(f"expected a name (a string), got {item!r}")
+        normalize_protected(item)  # raises ValueError with the reason
+    return names  # pyright: ignore[reportUnknownVariableType]
+
+
+def _unprotect_defaults(value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        if not is_default_protected(item):
+            raise ValueError(
+                f"{item!r} is not protected by default, so it cannot be unprotected; the defaults are "
+                f"{', '.join(DEFAULT_PROTECTED)} (remove a name you added from `protect` instead)"
+            )
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -137,9 +164,15 @@ class SandboxConfig(_Strict):
     max_open_files: int | None = Field(default=None, gt=0, le=2**30)  # above the kernel's nr_open maximum
     memory_mb: int | None = Field(default=None, gt=0, le=_MAX_MIB)
     hide: tuple[Path, ...] = ()
-    """More paths neither bash nor `read` may see (sandbox and rx modes; `sandbox/hidden.py`)."""
+    """More paths neither bash nor `read` may see (sandbox and rx modes; `sensitive.py` has the defaults)."""
     unhide: tuple[Path, ...] = ()
-    """Entries of `hidden.DEFAULT_HIDDEN` to show after all."""
+    """Entries of `sensitive.DEFAULT_HIDDEN` to show after all."""
+    protect: tuple[str, ...] = ()
+    """More names (or globs) read-only for bash and denied to the file tools in every write root."""
+    unprotect: tuple[str, ...] = ()
+    """Entries of `sensitive.DEFAULT_PROTECTED` to leave writable after all."""
+    shell_lifetime: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a background shell may run before it is killed (its session ending kills it sooner)."""
 
     @field_validator("workspace", mode="before")
     @classmethod
@@ -154,6 +187,10 @@ class SandboxConfig(_Strict):
     _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
 
     _only_defaults = field_validator("unhide")(_unhide_defaults)
+
+    _name_lists = field_validator("protect", "unprotect", mode="before")(_protected_names)
+
+    _only_default_names = field_validator("unprotect")(_unprotect_defaults)
 
 
 class ServerSandboxConfig(_Strict):
