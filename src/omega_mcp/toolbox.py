@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
+import anyio
 from anyio import AsyncContextManagerMixin
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.exceptions import ValidationError as SchemaValidationError
@@ -50,7 +51,10 @@ from omega_mcp.errors import (
 from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox.approvals import Approver, Grants
+from omega_mcp.sandbox.paths import remember_hidden
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.tracker import ProtectedTree
+from omega_mcp.sandbox.world import Worlds
 
 __all__ = ["DownstreamTools", "ProgressFn", "Toolbox"]
 
@@ -102,6 +106,15 @@ class DownstreamTools(Protocol):
         ...
 
 
+def _protected_tree(policy: SandboxPolicy) -> ProtectedTree | None:
+    """The protected names of bash's write roots (the workspace and `write_roots`), in sandbox and rx
+    modes: the private /tmp and `$OMEGA_HOME/scratch` are bash's own, and rwx confines nothing."""
+    if policy.mode == "rwx" or not policy.protected_names:
+        return None
+    roots = [policy.pinned_roots.get(r, r) for r in (policy.workspace, *policy.write_roots)]
+    return ProtectedTree(roots, policy.protected_names, policy.quarantine_dir, skip=policy.hidden_paths)
+
+
 def _no_retrieval(uri: str) -> Any:
     # jsonschema would otherwise fetch a remote `$ref` with a blocking urlopen: a downstream's
     # schema must never make omega reach out to a URL (nor stall the event loop doing so).
@@ -135,7 +148,9 @@ class _Builtin:
 class Toolbox(AsyncContextManagerMixin):
     """Built-in tools under a sandbox policy, plus (optionally) the downstream servers' tools.
 
-    Use as an async context manager: it owns the background shells and kills them on exit.
+    Use as an async context manager: it owns the background shells and kills them on exit, each
+    session's private /tmp (`sandbox/world.py`: removed when the session ends) and the protected
+    names of the write roots (`sandbox/tracker.py`: bound read-only for bash, creations undone).
     The downstream servers' lifetime is the caller's (enter the `proxy.supervisor.Downstreams` first).
     """
 
@@ -148,6 +163,9 @@ class Toolbox(AsyncContextManagerMixin):
         self.downstreams = downstreams
         self._builtins: dict[str, _Builtin] = {t.name: _Builtin(t, m) for t, m in BUILTIN_TOOLS}
         self._shells = _shells.ShellRegistry()
+        self._worlds = Worlds(policy)
+        self._tree = _protected_tree(policy)
+        remember_hidden(policy)  # `read` knows each secret by identity too, from the start
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
         self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
@@ -156,12 +174,21 @@ class Toolbox(AsyncContextManagerMixin):
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
-        async with self._shells:
-            yield self
+        try:
+            async with self._shells:
+                yield self
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._worlds.close_all)
+                if self._tree is not None:
+                    self._tree.close()
 
     async def end_session(self, owner: object) -> None:
-        """Kill the background shells `owner` started (whole process trees, bounded): its session ended."""
+        """Kill the background shells `owner` started (whole process trees, bounded) and remove its
+        private /tmp: its session ended."""
         await self._shells.close_owner(owner)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._worlds.close, owner)
 
     # -- namespace ---------------------------------------------------------------------------
 
@@ -285,10 +312,28 @@ class Toolbox(AsyncContextManagerMixin):
             args = builtin.model.model_validate(raw)
         except ValidationError as exc:
             raise InvalidArgumentsError(_pydantic_message(tool_name, exc)) from None
-        policy = self.policy
+        if owner is _shells.NO_SESSION and self._worlds.private:
+            # No session to end: this call's /tmp lasts as long as the call.
+            policy = await self._session_policy(owner, fresh=True)
+            try:
+                return await self._run_builtin(args, policy, approve, owner)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(Worlds.discard, policy)
+        return await self._run_builtin(args, await self._session_policy(owner), approve, owner)
+
+    async def _session_policy(self, owner: object | None, *, fresh: bool = False) -> SandboxPolicy:
+        """The policy of `owner`'s calls: with its private /tmp (`sandbox/world.py`)."""
+        if fresh:
+            return await anyio.to_thread.run_sync(self._worlds.fresh)
+        return self._worlds.known(owner) or await anyio.to_thread.run_sync(self._worlds.policy_for, owner)
+
+    async def _run_builtin(
+        self, args: BaseModel, policy: SandboxPolicy, approve: Approver | None, owner: object | None
+    ) -> types.CallToolResult:
         match args:
             case BashArgs():
-                return await _bash.run_bash(policy, args, self._shells, owner=owner)
+                return await _bash.run_bash(policy, args, self._shells, owner=owner, tree=self._tree)
             case ReadArgs():
                 return await _read.read_file(policy, args)
             case WriteArgs():
@@ -296,11 +341,11 @@ class Toolbox(AsyncContextManagerMixin):
             case EditArgs():
                 return await _write.edit_file(policy, args, approve=approve, grants=self.grants)
             case BashOutputArgs():
-                return await self._shells.output(args.shell_id, owner=owner)
+                return await self._shells.output(args.shell_id, owner=owner, tree=self._tree)
             case KillShellArgs():
                 return await self._shells.kill(args.shell_id, owner=owner)
             case _:
-                raise ToolError(f"built-in tool {tool_name} has no handler")
+                raise ToolError(f"built-in tool {type(args).__name__} has no handler")
 
     def _validator(self, route: Route, schema: dict[str, Any]) -> Draft202012Validator | None:
         key = (route.server_name or "", route.tool_name)

@@ -5,6 +5,9 @@ output pipe into a bounded `OutputBuffer`). Every wait is bounded: the timeout k
 (TERM, grace, KILL; `sandbox/processes.py`); after bash exits, background children that still hold
 the pipe get a short drain window and are then killed, so a call never hangs and never leaves
 processes behind. `run_in_background` hands the command to the background shells of `shells.py`.
+With a `ProtectedTree` (`sandbox/tracker.py`) the protected names that exist are bound read-only
+for the command, and what it created or replaced there anyway is undone when it ends: the result
+says so (`notes.with_note`) and is an error.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from anyio.abc import Process
 from mcp import types
 
 from omega_mcp.builtin.bash_process import DRAIN_SECONDS, REAP_SECONDS, describe_exit, open_bash, pump_output
+from omega_mcp.builtin.notes import with_note
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import MAX_BASH_TIMEOUT_SECONDS, BashArgs
 from omega_mcp.results import text_result
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import group_alive, terminate_group
+from omega_mcp.sandbox.tracker import ProtectedTree
 
 if TYPE_CHECKING:
     from omega_mcp.builtin.shells import ShellRegistry
@@ -86,24 +91,41 @@ def _format(text: str, outcome: _Outcome, timeout_seconds: float) -> types.CallT
 
 
 async def run_bash(
-    policy: SandboxPolicy, args: BashArgs, shells: ShellRegistry, *, owner: object | None = None
+    policy: SandboxPolicy,
+    args: BashArgs,
+    shells: ShellRegistry,
+    *,
+    owner: object | None = None,
+    tree: ProtectedTree | None = None,
 ) -> types.CallToolResult:
     """Run `args.command` with bash in the workspace; combined output, `isError` on failure or timeout.
 
-    A background shell belongs to `owner` (see `shells.py`).
+    A background shell belongs to `owner` (see `shells.py`). `tree` guards the protected names.
 
     Raises:
         SandboxUnavailableError: the policy needs an OS sandbox this machine cannot give.
         ToolError: bash cannot be started, or a background shell cannot be added.
     """
     if args.run_in_background:
-        shell_id = await shells.start(policy, args.command, timeout_seconds=args.timeout, owner=owner)
-        return text_result(
+        shell_id, undone = await shells.start(
+            policy, args.command, timeout_seconds=args.timeout, owner=owner, tree=tree
+        )
+        started = text_result(
             f"Started background shell {shell_id}. Read its new output with bash_output "
             f'(shell_id: "{shell_id}") and stop it with kill_shell (shell_id: "{shell_id}").'
         )
+        return with_note(started, undone)
     timeout_seconds = min(args.timeout or policy.bash_timeout_seconds, MAX_BASH_TIMEOUT_SECONDS)
     buffer = OutputBuffer()
-    async with open_bash(policy, args.command) as process:
-        outcome = await _supervise(process, buffer, timeout_seconds)
-    return _format(buffer.take(), outcome, timeout_seconds)
+    if tree is None:
+        async with open_bash(policy, args.command) as process:
+            outcome = await _supervise(process, buffer, timeout_seconds)
+        return _format(buffer.take(), outcome, timeout_seconds)
+    run, undone = await anyio.to_thread.run_sync(tree.begin)
+    try:
+        async with open_bash(policy, args.command, run.binds) as process:
+            outcome = await _supervise(process, buffer, timeout_seconds)
+    finally:
+        with anyio.CancelScope(shield=True):
+            undone += await anyio.to_thread.run_sync(tree.end, run)
+    return with_note(_format(buffer.take(), outcome, timeout_seconds), undone)

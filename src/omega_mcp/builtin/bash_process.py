@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -89,20 +89,20 @@ async def _command_file(policy: SandboxPolicy, command: str) -> AsyncGenerator[P
 
 @asynccontextmanager
 async def _launch_argv(
-    policy: SandboxPolicy, command: str
+    policy: SandboxPolicy, command: str, protected: Sequence[str]
 ) -> AsyncGenerator[tuple[tuple[str, ...], dict[str, str], Path]]:
     if len(command.encode("utf-8", "surrogateescape")) <= _HUGE_COMMAND_BYTES:  # checked encodable
-        launch = bash_launch(policy, command)
+        launch = bash_launch(policy, command, protected)
         yield launch.argv, launch.env, launch.cwd
         return
     async with _command_file(policy, command) as path:
-        launch = bash_launch(policy, command)
+        launch = bash_launch(policy, command, protected)
         argv = launch.argv
         if argv[-2:] == ("-c", command):
             argv = (*argv[:-2], str(path))  # `bash [options] FILE` runs the script file
         else:
             # An argv shape we do not know (e.g. a wrapper): let the shell source the file instead.
-            launch = bash_launch(policy, f". {shlex.quote(str(path))}")
+            launch = bash_launch(policy, f". {shlex.quote(str(path))}", protected)
             argv = launch.argv
         yield argv, launch.env, launch.cwd
 
@@ -121,8 +121,9 @@ def _check_command(command: str) -> None:
 
 
 @asynccontextmanager
-async def open_bash(policy: SandboxPolicy, command: str) -> AsyncGenerator[Process]:
+async def open_bash(policy: SandboxPolicy, command: str, protected: Sequence[str] = ()) -> AsyncGenerator[Process]:
     """Start `command` as the sandbox says, in a new session; on exit kill its group and release it.
+    `protected` paths are bound read-only for it (`sandbox/tracker.py`).
 
     The cleanup runs shielded with every step bounded, so a cancelled caller leaves no process behind.
 
@@ -138,7 +139,7 @@ async def open_bash(policy: SandboxPolicy, command: str) -> AsyncGenerator[Proce
             f"Cannot create the workspace directory {policy.workspace}: {exc.strerror or exc}. "
             "Check the configured workspace path."
         ) from exc
-    async with _launch_argv(policy, command) as (argv, env, cwd):
+    async with _launch_argv(policy, command, protected) as (argv, env, cwd):
         try:
             process = await open_group(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd

@@ -3,8 +3,11 @@
 `ShellRegistry` is an async context manager owned by the Toolbox for the server's lifetime; each
 shell is a supervisor task in the registry's task group that reads output continuously into a
 bounded `OutputBuffer` (memory stays bounded for chatty shells) and kills the process group once
-bash is done. `bash_output` returns only output not returned before. The number of running shells is
-capped, and leaving the registry kills every shell's process group (shielded, bounded): no orphans.
+bash is done. `bash_output` returns only output not returned before. At most `MAX_RUNNING_SHELLS` run
+per owner (one client cannot take every slot), each is killed after the policy's `[sandbox]
+shell_lifetime`, and leaving the registry kills every shell's process group (shielded, bounded): no
+orphans. With a `ProtectedTree` a shell's protected names are bound read-only for it, and what it
+created there anyway is undone at the latest on its next `bash_output` or when it ends.
 
 Ownership, decided: every shell belongs to the owner that started it (the MCP server passes the
 client's connection; the agent loop and the CLI pass None, the process itself). An owner sees only
@@ -30,16 +33,19 @@ from anyio.abc import Process, TaskGroup, TaskStatus
 from mcp import types
 
 from omega_mcp.builtin.bash_process import DRAIN_SECONDS, describe_exit, open_bash, pump_output
+from omega_mcp.builtin.notes import with_note
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import BashOutputArgs, KillShellArgs
 from omega_mcp.errors import ToolError
 from omega_mcp.results import text_result
-from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.policy import MAX_SHELLS_PER_SESSION, SandboxPolicy
 from omega_mcp.sandbox.processes import group_alive, terminate_group
+from omega_mcp.sandbox.tracker import ProtectedTree, Run, Undone
 
 __all__ = ["MAX_RUNNING_SHELLS", "NO_SESSION", "ShellRegistry", "bash_output", "kill_shell"]
 
-MAX_RUNNING_SHELLS = 16
+MAX_RUNNING_SHELLS = MAX_SHELLS_PER_SESSION
+"""Per owner (client session)."""
 _MAX_KEPT_SHELLS = 64
 """Finished shells are kept (for their last output and status) up to this many entries in all."""
 
@@ -64,13 +70,17 @@ class _Shell:
     owner: object | None
     command: str
     timeout_seconds: float | None
+    lifetime_seconds: float = math.inf
     buffer: OutputBuffer = field(default_factory=OutputBuffer)
     process: Process | None = None
     returncode: int | None = None
     timed_out: bool = False
+    expired: bool = False
     killed: bool = False
     lingering: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
+    undone: list[Undone] = field(default_factory=list[Undone])
+    """What omega undid of this shell's changes to protected names, not reported yet."""
 
     @property
     def running(self) -> bool:
@@ -81,6 +91,10 @@ class _Shell:
             return "running"
         if self.killed:
             return "killed by kill_shell"
+        if self.expired:
+            return (
+                f"killed after {self.lifetime_seconds:g} s, its [sandbox] shell_lifetime; the process tree was killed"
+            )
         if self.timed_out:
             return f"timed out after {self.timeout_seconds:g} s; the process tree was killed"
         if self.returncode is None:
@@ -90,7 +104,7 @@ class _Shell:
         return f"exited with code {self.returncode}"
 
     def failed(self) -> bool:
-        return not self.running and not self.killed and (self.timed_out or self.returncode != 0)
+        return not self.running and not self.killed and (self.timed_out or self.expired or self.returncode != 0)
 
 
 class ShellRegistry(AsyncContextManagerMixin):
@@ -135,8 +149,10 @@ class ShellRegistry(AsyncContextManagerMixin):
         *,
         timeout_seconds: float | None = None,
         owner: object | None = None,
-    ) -> str:
-        """Start `command` in the background for `owner`; return its shell id once the process runs.
+        tree: ProtectedTree | None = None,
+    ) -> tuple[str, list[Undone]]:
+        """Start `command` in the background for `owner`; return its shell id once the process runs, and
+        what `tree` undid before it started (another shell's doing).
 
         Raises:
             SandboxUnavailableError: the policy needs an OS sandbox this machine cannot give.
@@ -151,23 +167,28 @@ class ShellRegistry(AsyncContextManagerMixin):
             )
         if self._task_group is None:
             raise ToolError("Background shells are not available: the shell registry is not running.")
-        running = self._running()
-        if len(running) >= self.max_running:
-            mine = [shell.shell_id for shell in running if shell.owner is owner]
-            names = f"yours: {', '.join(mine)}" if mine else "none of them yours"
+        mine = [shell.shell_id for shell in self._running() if shell.owner is owner]
+        if len(mine) >= self.max_running:
             raise ToolError(
-                f"Too many background shells are running ({len(running)} of {self.max_running}; {names}). "
-                "Stop one with kill_shell first."
+                f"Too many background shells are running in this session ({len(mine)} of {self.max_running}: "
+                f"{', '.join(mine)}). Stop one with kill_shell first."
             )
-        shell = _Shell(_new_id(self._shells), owner, command, timeout_seconds)
+        shell = _Shell(_new_id(self._shells), owner, command, timeout_seconds, policy.shell_lifetime_seconds)
         self._shells[shell.shell_id] = shell  # counted against the cap while it starts
+        undone: list[Undone] = []
+        run: Run | None = None
         try:
-            await self._task_group.start(self._supervise, shell, policy)
+            if tree is not None:
+                run, undone = await anyio.to_thread.run_sync(tree.begin)
+            await self._task_group.start(self._supervise, shell, policy, tree, run)
         except BaseException:
             del self._shells[shell.shell_id]
+            if tree is not None and run is not None and shell.process is None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(tree.end, run)
             raise
         self._forget_old(owner)
-        return shell.shell_id
+        return shell.shell_id, undone
 
     def _forget_old(self, owner: object | None) -> None:
         owned = self._owned(owner)
@@ -192,13 +213,24 @@ class ShellRegistry(AsyncContextManagerMixin):
             if not shell.running:
                 self._shells.pop(shell.shell_id, None)
 
-    async def _supervise(self, shell: _Shell, policy: SandboxPolicy, *, task_status: TaskStatus[None]) -> None:
+    async def _supervise(
+        self,
+        shell: _Shell,
+        policy: SandboxPolicy,
+        tree: ProtectedTree | None,
+        run: Run | None,
+        *,
+        task_status: TaskStatus[None],
+    ) -> None:
         try:
-            async with open_bash(policy, shell.command) as process:
+            async with open_bash(policy, shell.command, run.binds if run is not None else ()) as process:
                 shell.process = process
                 task_status.started()
                 await _follow(shell, process)
         finally:
+            if tree is not None and run is not None and shell.process is not None:
+                with anyio.CancelScope(shield=True):
+                    shell.undone += await anyio.to_thread.run_sync(tree.end, run)
             shell.buffer.close()
             shell.done.set()
 
@@ -215,15 +247,21 @@ class ShellRegistry(AsyncContextManagerMixin):
             raise ToolError(f"Unknown shell id {shell_id!r}. Known shells: {known}.")
         return shell
 
-    async def output(self, shell_id: str, *, owner: object | None = None) -> types.CallToolResult:
-        """Output of `owner`'s shell since the last call, then its status (`running` / `exited with code N`).
+    async def output(
+        self, shell_id: str, *, owner: object | None = None, tree: ProtectedTree | None = None
+    ) -> types.CallToolResult:
+        """Output of `owner`'s shell since the last call, then its status (`running` / `exited with code N`),
+        and what `tree` undid of the changes running shells made to protected names.
 
         Raises:
             ToolError: unknown shell id (or another owner's).
         """
         shell = self._get(shell_id, owner)
+        undone = await anyio.to_thread.run_sync(tree.check) if tree is not None and shell.running else []
+        undone, shell.undone = [*shell.undone, *undone], []
         text = shell.buffer.take()
-        return text_result(_with_status(text, shell), is_error=shell.failed())
+        result = text_result(_with_status(text, shell), is_error=shell.failed())
+        return with_note(result, undone)
 
     async def kill(self, shell_id: str, *, owner: object | None = None) -> types.CallToolResult:
         """Kill `owner`'s shell's whole process group (TERM, bounded grace, KILL); report its last output.
@@ -274,10 +312,13 @@ async def _follow(shell: _Shell, process: Process) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump_output, process, shell.buffer, eof)
         timeout = shell.timeout_seconds if shell.timeout_seconds is not None else math.inf
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(min(timeout, shell.lifetime_seconds)):
             await process.wait()
         if process.returncode is None and not shell.killed:
-            shell.timed_out = True
+            if timeout <= shell.lifetime_seconds:
+                shell.timed_out = True
+            else:
+                shell.expired = True
             await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):
             await eof.wait()

@@ -3,16 +3,19 @@
 The server starts every bash command through this file (argv built by `launch.bash_launch`); it
 sets the process up and `execve`s PROGRAM, in this order: die with the server (PDEATHSIG), close
 stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
-tiny supervisor; its child is the namespace's PID 1 and runs PROGRAM as PID 2; killing the
-supervisor or PID 1 kills the whole tree, `setsid` children included), with `--netns` a network
-namespace of its own too (loopback only), read-only binds over omega's own files, `--private-tmp` (an
-empty tmpfs over /tmp for a confined server, its `--rw` roots inside bound back), `--hide` paths
-and (`--hide-sockets`) the host's UNIX sockets outside the `--rw` roots covered, Landlock, exec.
-Stdlib only and no package import: it runs without `site` and every command pays its start-up
-time; `landlock.py` and `mounts.py` (PID 1's mounts) are imported from this directory. Any failure
-prints `omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports what this
-machine supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too,
-only slower).
+tiny supervisor; its child is the namespace's PID 1, non-dumpable, and runs PROGRAM as PID 2;
+killing the supervisor or PID 1 kills the whole tree, `setsid` children included; root becomes an
+unprivileged uid inside, `private.map_ids`), with `--netns` a network namespace of its own too
+(loopback only), read-only binds over omega's own files and the protected names (`--readonly`),
+`--private-tmp` (the session's directory `--tmp-source`, or an empty tmpfs, over /tmp, its `--rw`
+roots inside bound back), `--hide` paths and (`--hide-sockets`) the host's UNIX sockets outside the
+`--rw` roots covered, `--private-dev` (a minimal /dev, its own pts and /dev/shm), then a fresh
+session keyring, Landlock, exec. The steps are functions a forked child can call in order: per
+session (`map_ids`, the mounts) and per call (rlimits, keyring, Landlock, exec). Stdlib only and no
+package import: it runs without `site` and every command pays its start-up time; `landlock.py`,
+`mounts.py` (PID 1's mounts) and `private.py` are imported from this directory. Any failure prints
+`omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports what this machine
+supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too, only slower).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock, mounts
+    from omega_mcp.sandbox import landlock, mounts, private
 elif __package__:  # imported as part of the package (tests, the launcher)
-    from omega_mcp.sandbox import landlock, mounts
+    from omega_mcp.sandbox import landlock, mounts, private
 else:
     # Not `import omega_mcp...`: without site-packages the package is not importable, and its
     # __init__ may pull in the whole server. The sibling file is stdlib-only by contract.
@@ -33,6 +36,7 @@ else:
         sys.path.append(_HERE)  # appended, so a stdlib module always wins over a file here
     import landlock
     import mounts
+    import private
 
 EXIT_SANDBOX_FAILURE = 125
 """Exit status when the sandbox could not be set up (the command did not run)."""
@@ -47,7 +51,7 @@ _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 # Signal numbers (identical on Linux and macOS for these); the `signal` module costs ~5 ms (enum).
 _SIGINT, _SIGKILL, _SIGPIPE, _SIGXFSZ = 2, 9, 13, 25
-_RLIMITS = ("core", "fsize", "nofile", "nproc", "data", "as")
+_RLIMITS = private.RLIMITS
 
 
 def _prctl(option: int, arg: int) -> int:
@@ -78,6 +82,10 @@ class _Spec:
         self.hide: list[str] = []
         self.hide_sockets = False
         self.private_tmp = ""
+        self.tmp_source = ""
+        self.read_only: list[str] = []
+        self.private_dev = False
+        self.keep_program = False
         self.command: list[str] = []
 
 
@@ -94,7 +102,7 @@ def parse(argv: list[str]) -> _Spec:
         if opt == "--":
             spec.command = argv[i + 1 :]
             break
-        if opt in ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets"):
+        if opt in ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets", "--private-dev", "--keep-program"):
             setattr(spec, opt[2:].replace("-", "_"), True)
             i += 1
             continue
@@ -125,6 +133,10 @@ def parse(argv: list[str]) -> _Spec:
             spec.hide.append(value)
         elif opt == "--private-tmp":
             spec.private_tmp = value
+        elif opt == "--tmp-source":
+            spec.tmp_source = value
+        elif opt == "--readonly":
+            spec.read_only.append(value)
         else:
             raise ValueError(f"unknown option {opt!r}")
     if not spec.command and not spec.probe:
@@ -151,46 +163,10 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _set_rlimits(spec: _Spec) -> None:
-    import resource
-
-    limits = dict(spec.rlimits)
-    if spec.nproc_headroom and os.getuid() != 0:
-        # RLIMIT_NPROC counts every process of the uid (and root is exempt): allow the current
-        # count plus the headroom.
-        uid = os.getuid()
-        mine = 0
-        try:
-            entries = os.listdir("/proc")
-        except OSError:
-            entries = []  # no procfs (macOS): cannot count, so leave RLIMIT_NPROC alone
-        for entry in entries:
-            if entry.isdigit():
-                try:
-                    mine += os.stat(f"/proc/{entry}").st_uid == uid
-                except OSError:
-                    pass
-        if entries:
-            limits["nproc"] = mine + spec.nproc_headroom
-    for name, value in limits.items():
-        which = getattr(resource, f"RLIMIT_{name.upper()}", None)
-        if which is None:
-            continue  # e.g. RLIMIT_NPROC is missing on some platforms
-        soft, hard = resource.getrlimit(which)
-        new_hard = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        # Only ever lower: a smaller existing soft limit stays as it is.
-        new_soft = new_hard if soft == resource.RLIM_INFINITY else min(soft, new_hard)
-        try:
-            resource.setrlimit(which, (new_soft, new_hard))
-        except (OSError, ValueError, OverflowError) as exc:
-            raise _Failure(f"setrlimit {name}={value}: {exc}") from None
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+        private.set_rlimits(spec.rlimits, spec.nproc_headroom)
+    except (OSError, ValueError, OverflowError) as exc:
+        raise _Failure(str(exc)) from None
 
 
 def _unshare_namespaces(*, net: bool = False) -> None:
@@ -199,9 +175,7 @@ def _unshare_namespaces(*, net: bool = False) -> None:
     if landlock.libc_function("unshare")(flags):
         raise _errno_fail(f"unshare(user, pid, mount{', network' if net else ''} namespaces)")
     try:
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        private.map_ids(uid, gid)
     except OSError as exc:
         raise _Failure(f"user namespace id map: {exc}") from None
 
@@ -219,11 +193,15 @@ def _fork_supervised() -> int:
     if pid:
         os.close(alive_r)
         os.close(status_w)
+        private.undumpable()
         _supervise(pid, status_r)
     os.close(alive_w)
     os.close(status_r)
     if _prctl(_PR_SET_PDEATHSIG, _SIGKILL):
         raise _errno_fail("prctl(PR_SET_PDEATHSIG)")
+    # Nothing in the namespace may ptrace its init (to disarm the death signal and outlive omega).
+    if not private.undumpable():
+        raise _errno_fail("prctl(PR_SET_DUMPABLE)")
     # The supervisor may have died before PDEATHSIG was armed: its pipe end is then closed.
     os.set_blocking(alive_r, False)
     try:
@@ -329,8 +307,18 @@ def _linger() -> None:
 def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
     """Inside the namespaces (`mounts.setup`); returns whether the private /proc could be mounted."""
     try:
-        hide, tmp = (spec.hide, sockets or []), (spec.private_tmp, spec.command)
-        return mounts.setup(spec.pid_max, spec.netns, spec.binds, *hide, private_tmp=tmp, writable=spec.writable)
+        hide, tmp = (spec.hide, sockets or []), (spec.private_tmp, spec.command if spec.keep_program else [])
+        return mounts.setup(
+            spec.pid_max,
+            spec.netns,
+            spec.binds,
+            *hide,
+            private_tmp=tmp,
+            writable=spec.writable,
+            tmp_source=spec.tmp_source,
+            read_only=spec.read_only,
+            devices=spec.devices if spec.private_dev else None,
+        )
     except OSError as exc:
         raise _Failure(exc.strerror or str(exc)) from None
 
@@ -354,8 +342,10 @@ def run(spec: _Spec) -> None:
         _unshare_namespaces(net=spec.netns)
         status_w = _fork_supervised()
         _setup_pid1(spec, sockets)
-    elif spec.netns or spec.hide or spec.hide_sockets or spec.private_tmp:
-        raise _Failure("--netns, --hide, --hide-sockets and --private-tmp need --pidns (the namespaces)")
+    elif spec.netns or spec.hide or spec.hide_sockets or spec.private_tmp or spec.read_only or spec.private_dev:
+        raise _Failure("--netns, --hide, --hide-sockets, --private-tmp, --readonly and --private-dev need --pidns")
+    # The user's login keys (the kernel's session keyring) are not for the command to use.
+    private.join_session_keyring()
     if spec.landlock_abi:
         try:
             skipped = landlock.restrict_self(
@@ -402,8 +392,14 @@ def probe() -> None:
                 spec = _Spec()
                 spec.pid_max = 4000
                 _say(f"mount_proc={int(_setup_pid1(spec))}")
+                try:
+                    mounts.private_dev([])
+                    _say(f"private_dev={int(os.path.exists('/dev/pts/ptmx'))}")
+                except OSError as exc:
+                    _say(f"private_dev=0 private /dev: {exc.strerror or exc}")
                 with open("/proc/sys/kernel/pid_max") as f:
                     _say(f"pid_max={int(f.read().strip() == '4000')}")
+                _say(f"keyring={int(private.join_session_keyring())}")
             except _Failure as exc:
                 _say(f"pidns=0 {exc}")
             if abi:

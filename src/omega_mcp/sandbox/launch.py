@@ -4,15 +4,17 @@
 `SandboxUnavailableError` when the mode needs an OS sandbox this machine cannot give (fail closed;
 `[sandbox] require_os_sandbox = false` opts out). On Linux every mode goes through `exec.py` for
 rlimits and the PID namespace; sandbox/rx add Landlock, read-only binds over omega's own files
-when they lie inside a writable root, and hide secrets (`SandboxPolicy.hidden_paths`), well-known
-socket directories and the host's pathname UNIX sockets outside the roots; sandbox also gives bash
-a network namespace of its own (loopback only), or denies TCP with Landlock where there is none. On macOS sandbox/rx use
+when they lie inside a writable root and over the protected names that exist (`protected`, from
+`tracker.py`), and hide secrets (`SandboxPolicy.hidden_paths`, pinned: `mountplan.py`), well-known
+socket directories and the host's pathname UNIX sockets outside the roots, and give bash a private
+world: the session's /tmp (`SandboxPolicy.private_tmp`, else an empty one), a minimal /dev with its
+own pts and /dev/shm, a fresh session keyring; sandbox also gives bash a network namespace of its own
+(loopback only), or denies TCP with Landlock where there is none. On macOS sandbox/rx use
 `sandbox-exec` with paths passed as `-D` parameters. `describe_sandbox` reports the same plan.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import sys
@@ -23,7 +25,9 @@ from pathlib import Path
 from omega_mcp.errors import InvalidArgumentsError, SandboxUnavailableError, ToolError
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.environment import bash_environment
+from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, within
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.private import UNPRIVILEGED_ID
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE_MB",
@@ -44,8 +48,6 @@ _MIN_ABI = {"sandbox": 4, "rx": 3}  # 4: TCP rules; 3: TRUNCATE (else O_TRUNC wi
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts")
 _GPU_PREFIXES = ("nvidia", "dri")
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_SOCKET_PLACES = ("/run/user", "/run/dbus", "/tmp/.X11-unix", "/var/run/docker.sock", "/run/docker.sock")
-"""Where host services keep UNIX sockets: covered (outside the roots) whatever /proc/net/unix lists."""
 _MACOS_PROFILE_HEAD = "(version 1)\n(allow default)\n(deny file-write*)\n"
 
 
@@ -76,21 +78,9 @@ class _Plan:
     netns: bool = False
     hide: tuple[Path, ...] = ()
     hide_sockets: bool = False
-
-
-def _within(path: Path, root: Path) -> bool:
-    return path.is_relative_to(root)  # both absolute and normalised: a component comparison
-
-
-def _real(path: Path) -> Path:
-    return Path(os.path.realpath(path))
-
-
-@functools.lru_cache(maxsize=1024)
-def _real_own(path: Path) -> Path:
-    """`_real` of omega's own files and the hidden secrets, resolved once: bash cannot move them (they
-    are read-only or hidden for it), and bash calls would pay dozens of realpath() walks each."""
-    return _real(path)
+    private: bool = False
+    """A private world: /tmp, /dev, /dev/shm (bash and confined servers in sandbox and rx modes)."""
+    private_dev: bool = False
 
 
 def _bash() -> str:
@@ -116,53 +106,6 @@ def _refusal(policy: SandboxPolicy, support: probe.Support, need: int) -> str:
     )
 
 
-def _own_files(policy: SandboxPolicy) -> list[Path]:
-    """What bash must never change: omega's home and config, and the code the server runs."""
-    candidates = [policy.home, policy.config_path, *policy.own_code]
-    return [p for p in dict.fromkeys(_real_own(c) for c in candidates if c is not None) if p.exists()]
-
-
-def _protection(
-    policy: SandboxPolicy, roots: tuple[Path, ...]
-) -> tuple[tuple[tuple[str, Path], ...], tuple[Path, ...], list[str]]:
-    """Bind mounts that keep omega's own files read-only where they lie inside writable roots.
-
-    Each protected path gets a read-only bind; writable roots inside it are re-bound first (holes),
-    and every directory between the outermost enclosing root and it is pinned with a bind of its
-    own, because a directory containing a mount point can still be renamed away and recreated.
-    The server's interpreter prefix and package count as omega's files: a sandboxed command that
-    could rewrite them would run its code outside the sandbox on the next call.
-    """
-    real_roots = tuple(dict.fromkeys(_real(r) for r in roots))
-    targets: list[Path] = []
-    for path in sorted(_own_files(policy), key=lambda p: len(p.parts)):
-        if any(_within(path, r) for r in real_roots) and not any(_within(path, t) for t in targets):
-            targets.append(path)
-    binds: list[tuple[str, Path]] = []
-    warnings: list[str] = []
-    for target in targets:
-        top = min((r for r in real_roots if _within(target, r)), key=lambda r: len(r.parts))
-        ancestors = [p for p in reversed(target.parents) if top in p.parents or p == top][1:]
-        binds.extend(("pin", p) for p in ancestors)
-        holes = sorted((r for r in real_roots if target in r.parents), key=lambda r: len(r.parts))
-        binds.extend(("pin", r) for r in holes)
-        binds.append(("protect", target))
-        if target in real_roots:
-            warnings.append(f"write root {target} holds omega's own files, so bash gets it read-only")
-    unique = tuple(dict.fromkeys(binds))  # two targets may share ancestors: bind each once
-    # A servers.toml that does not exist cannot be bound; omega would load one created in the
-    # directory it starts from, so say so when bash could create it.
-    home = _real(policy.home)
-    unprotected = [
-        candidate
-        for candidate in (_real(Path("servers.toml")), home / "servers.toml")
-        if not candidate.exists()
-        and any(_within(candidate, r) for r in real_roots)
-        and not any(_within(candidate, t) for t in targets)
-    ]
-    return unique, tuple(unprotected), warnings
-
-
 def _plan(policy: SandboxPolicy) -> _Plan:
     support = probe.support()
     roots = tuple(dict.fromkeys(policy.bash_write_roots))
@@ -182,11 +125,11 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         binds: tuple[tuple[str, Path], ...] = ()
         unprotected: tuple[Path, ...] = ()
         if pidns:
-            binds, unprotected, more = _protection(policy, roots)
+            binds, unprotected, more = protection(policy, roots)
             warnings.extend(more)
         else:
-            real_roots = [_real(r) for r in roots]
-            unprotected = tuple(p for p in _own_files(policy) if any(_within(p, r) for r in real_roots))
+            real_roots = [real(r) for r in roots]
+            unprotected = tuple(p for p in own_files(policy) if any(within(p, r) for r in real_roots))
             if unprotected:
                 warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
         # With the binds, what is left unprotected is a ./servers.toml that does not exist yet: bash
@@ -197,33 +140,31 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         if os.path.isdir("/dev/shm"):
             roots = (*roots, Path("/dev/shm"))  # POSIX shared memory (multiprocessing locks)
         netns = pidns and support.net_namespace and not policy.bash_network
-        hide = _hiding(policy, roots, warnings) if pidns else ()
+        hide: tuple[Path, ...] = ()
+        if pidns:
+            hide, pins = hiding(policy, roots, warnings)
+            binds = tuple(dict.fromkeys((*pins, *binds)))
+        private_dev = pidns and support.private_dev
         return _Plan(
-            "landlock", abi, network, pidns, roots, binds, unprotected, tuple(warnings), None, netns, hide, pidns
+            "landlock",
+            abi,
+            network,
+            pidns,
+            roots,
+            binds,
+            unprotected,
+            tuple(warnings),
+            None,
+            netns,
+            hide,
+            pidns,
+            private=pidns,
+            private_dev=private_dev,
         )
     if policy.require_os_sandbox:
         return _Plan("none", 0, True, pidns, (), (), (), tuple(warnings), _refusal(policy, support, need))
     warnings.append(f"bash runs WITHOUT OS confinement (require_os_sandbox = false): {support.detail}")
     return _Plan("none", 0, True, pidns, (Path("/"),), (), (), tuple(warnings), None)
-
-
-def _hiding(policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str]) -> tuple[Path, ...]:
-    """What bash's mount namespace covers: the policy's hidden paths and the well-known socket places
-    that exist. A place that holds a write root is not covered (it would hide the root too)."""
-    real_roots = [_real(r) for r in roots]
-    found: list[Path] = []
-    for path in policy.hidden_paths:
-        if not os.path.lexists(path):
-            continue
-        if any(_within(r, _real_own(path)) for r in real_roots):
-            warnings.append(f"{path} is not hidden from bash: it holds a write root")
-            continue
-        found.append(path)
-    for place in map(Path, _SOCKET_PLACES):
-        real = _real_own(place)
-        if os.path.lexists(place) and not any(_within(real, r) or _within(r, real) for r in real_roots):
-            found.append(place)
-    return tuple(dict.fromkeys(found))
 
 
 def _limits(policy: SandboxPolicy) -> dict[str, int | None]:
@@ -235,8 +176,10 @@ def _limits(policy: SandboxPolicy) -> dict[str, int | None]:
     }
 
 
-def _devices() -> list[str]:
-    found = [d for d in _DEVICES if os.path.exists(d)]
+def _devices(plan: _Plan) -> list[str]:
+    # Without a private /dev, a terminal bash may open would be one of the host's (/dev/pts/N).
+    wanted = _DEVICES if plan.private_dev or not plan.private else _DEVICES[:-2]
+    found = [d for d in wanted if os.path.exists(d)]
     try:
         found += sorted(f"/dev/{n}" for n in os.listdir("/dev") if n.startswith(_GPU_PREFIXES))
     except OSError:
@@ -244,7 +187,7 @@ def _devices() -> list[str]:
     return found
 
 
-def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
+def _trampoline_argv(policy: SandboxPolicy, plan: _Plan, protected: Sequence[str] = ()) -> list[str]:
     processes = policy.max_processes or DEFAULT_MAX_PROCESSES
     file_size = (policy.max_file_size_mb or DEFAULT_MAX_FILE_SIZE_MB) * _MIB
     open_files = policy.max_open_files or DEFAULT_MAX_OPEN_FILES
@@ -259,10 +202,19 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
         argv += ["--pidns", "--pid-max", str(processes + _PID_RESERVED)]
     if plan.netns:
         argv.append("--netns")
-    if policy.server_name is not None and plan.pid_namespace:
+    if plan.private:
         argv += ["--private-tmp", str(policy.tmp_dir)]
+        if policy.server_name is not None:
+            argv.append("--keep-program")  # a server that lives under /tmp still runs
+        elif policy.private_tmp is not None:
+            argv += ["--tmp-source", str(policy.private_tmp)]
+    if plan.private_dev:
+        argv.append("--private-dev")
     for op, path in plan.binds:
         argv += [f"--{op}", str(path)]
+    if plan.pid_namespace:
+        for path in protected:
+            argv += ["--readonly", path]
     for path in plan.hide:
         argv += ["--hide", str(path)]
     if plan.hide_sockets:
@@ -272,8 +224,10 @@ def _trampoline_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
         for root in plan.write_roots:
             # Where the root really was when omega started: never re-resolved, so a root that bash
             # renamed and replaced by a symbolic link is not granted (the trampoline also refuses links).
-            argv += ["--rw", str(policy.pinned_roots.get(root, root))]
-        for device in _devices():
+            # The private /tmp is granted where it is mounted.
+            where = root if plan.private and root == policy.tmp_dir else policy.pinned_roots.get(root, root)
+            argv += ["--rw", str(where)]
+        for device in _devices(plan):
             argv += ["--dev", device]
         if not plan.network and not plan.netns:
             # With its own network namespace bash reaches nothing but its own loopback, where TCP
@@ -287,11 +241,11 @@ def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
     params: list[str] = []
     allow: list[str] = []
     for i, root in enumerate(plan.write_roots):
-        params += ["-D", f"W{i}={_real(root)}"]
+        params += ["-D", f"W{i}={real(root)}"]
         allow.append(f'(subpath (param "W{i}"))')
     deny: list[str] = []
     for i, path in enumerate(policy.protected_paths):
-        params += ["-D", f"P{i}={_real(path)}"]
+        params += ["-D", f"P{i}={real(path)}"]
         deny.append(f'(subpath (param "P{i}"))')
     profile = _MACOS_PROFILE_HEAD
     profile += f'(allow file-write* {" ".join(allow)} (literal "/dev/null") (regex #"^/dev/(fd/|tty)"))\n'
@@ -303,7 +257,10 @@ def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
 
 
 def _ensure_dirs(policy: SandboxPolicy) -> None:
-    for directory, mode in ((policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)):
+    dirs = [(policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)]
+    if policy.private_tmp is not None:
+        dirs += [(policy.private_tmp_root, 0o700), (policy.private_tmp, 0o700)]
+    for directory, mode in dirs:
         try:
             directory.mkdir(mode=mode, parents=True, exist_ok=True)
         except OSError as exc:
@@ -322,16 +279,17 @@ def _check_workspace_not_swapped(policy: SandboxPolicy) -> None:
     start in the impostor directory: say so instead of running commands somewhere unexpected.
     """
     pinned = policy.pinned_roots.get(policy.workspace)
-    if pinned is not None and _real(policy.workspace) != pinned:
+    if pinned is not None and real(policy.workspace) != pinned:
         raise SandboxUnavailableError(
             f"the workspace {policy.workspace} is no longer the directory omega started with (it now "
-            f"resolves to {_real(policy.workspace)}); bash will not run there. Restore it (it was {pinned}) "
+            f"resolves to {real(policy.workspace)}); bash will not run there. Restore it (it was {pinned}) "
             "or restart omega."
         )
 
 
-def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
-    """The argv, env and cwd that run `command` with bash under `policy`.
+def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = ()) -> BashLaunch:
+    """The argv, env and cwd that run `command` with bash under `policy`; `protected` are the protected
+    names that exist (`tracker.Run.binds`), bound read-only.
 
     Creates the workspace, tmp and scratch dirs when missing. Commands over 128 KiB do not fit
     in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND`).
@@ -349,13 +307,14 @@ def bash_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
         raise SandboxUnavailableError(plan.refusal)
     _ensure_dirs(policy)
     # Planned again inside: the home may only exist now, which changes what to protect.
-    argv = confined_argv(policy, [_bash(), "--noprofile", "--norc", "-c", command])
+    argv = confined_argv(policy, [_bash(), "--noprofile", "--norc", "-c", command], protected)
     return BashLaunch(argv=tuple(argv), env=bash_environment(policy), cwd=policy.workspace)
 
 
-def confined_argv(policy: SandboxPolicy, program: Sequence[str]) -> list[str]:
+def confined_argv(policy: SandboxPolicy, program: Sequence[str], protected: Sequence[str] = ()) -> list[str]:
     """`program` (an absolute path first) started through the trampoline under `policy`, behind
-    sandbox-exec on macOS: the one launch path of bash and of confined downstream servers.
+    sandbox-exec on macOS: the one launch path of bash and of confined downstream servers. `protected`
+    paths are bound read-only where they exist.
 
     Raises:
         SandboxUnavailableError: the OS sandbox the policy needs cannot be applied here, or the
@@ -367,7 +326,11 @@ def confined_argv(policy: SandboxPolicy, program: Sequence[str]) -> list[str]:
     if plan.confinement != "none":
         _check_workspace_not_swapped(policy)
     prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
-    return [*prefix, *_trampoline_argv(policy, plan), "--", *program]
+    return [*prefix, *_trampoline_argv(policy, plan, protected), "--", *program]
+
+
+def _above_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
+    return any(path in real(h).parents for h in hidden)
 
 
 def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
@@ -401,7 +364,7 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         netns = "off: Linux only (TCP is denied by the OS sandbox instead)"
     else:
         netns = "off: this machine cannot give bash a network namespace (user namespaces unavailable)"
-    places = [str(p) for p in plan.hide if str(p) in _SOCKET_PLACES]
+    places = [str(p) for p in plan.hide if str(p) in SOCKET_PLACES]
     if plan.hide_sockets:
         sockets = "on: the host's pathname UNIX sockets outside the write roots (listed at each call) are covered"
         sockets += f", and {', '.join(places)}" if places else ""
@@ -428,7 +391,12 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         "env_passthrough": list(policy.env_passthrough),
         "network_namespace": netns,
         "unix_sockets_hidden": sockets,
-        "hidden_paths": [str(p) for p in plan.hide if str(p) not in _SOCKET_PLACES],
+        "hidden_paths": [str(p) for p in plan.hide if str(p) not in SOCKET_PLACES],
+        "pinned_above_hidden": [str(p) for op, p in plan.binds if op == "pin" and _above_hidden(p, plan.hide)],
+        "private_world": plan.private,
+        "private_dev": plan.private_dev,
+        "session_keyring": support.keyring or support.platform != "linux",
+        "uid_inside": (UNPRIVILEGED_ID if uid == 0 else uid) if plan.pid_namespace else None,
         "warnings": list(plan.warnings),
         "refusal": plan.refusal,
         "probe_detail": support.detail,

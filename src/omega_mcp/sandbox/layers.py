@@ -1,8 +1,9 @@
 """Every protection layer as `on: ...` or `off: <why>`: what `tools --json` and the startup log show.
 
 Built from `describe_sandbox`'s plan (what this kernel and mode really give bash) plus the layers
-that do not depend on the kernel (the planted-config guard, per-session shells, downstreams dying
-with omega). A user reading one of these lines learns what is enforced here and what is not.
+that do not depend on the kernel (the planted-config guard, protected names for the file tools,
+per-session shells, downstreams dying with omega). A user reading one of these lines learns what is
+enforced here and what is not.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.policy import MAX_SHELLS_PER_SESSION, SandboxPolicy
 
 __all__ = ["sandbox_layers", "summary"]
 
@@ -62,14 +63,60 @@ def sandbox_layers(
         "network_namespace": str(sandbox.get("network_namespace", "off")),
         "unix_sockets_hidden": str(sandbox.get("unix_sockets_hidden", "off")),
         "secrets_hidden": _secrets(policy, sandbox, hidden, confined),
+        "hidden_by_identity": _identity(policy, sandbox),
         "own_files_read_only": f"on: {len(protected)} bind(s) inside the write roots"
         if protected
         else "on: none of omega's files lies inside a write root",
+        "protected_names": _protected(policy, sandbox, confined),
+        "private_tmp": _private(
+            sandbox, "a /tmp per client session under $OMEGA_HOME/tmp, shared with read/write/edit"
+        ),
+        "private_dev": _private(sandbox, "/dev holds null, zero, full, random, urandom, tty, its own pts and /dev/shm")
+        if sandbox.get("private_dev") or not sandbox.get("private_world")
+        else "off: this machine cannot mount a private /dev (bash gets no terminal at all)",
+        "session_keyring": _private(sandbox, "a fresh, empty session keyring")
+        if sandbox.get("session_keyring")
+        else "off: this kernel has no keyrings (nothing to inherit)",
+        "unprivileged_in_namespace": _uid(sandbox),
         "planted_config_guard": "on: a ./servers.toml in a writable place is not loaded without --config",
-        "shells_per_session": "on: a background shell belongs to the session that started it",
+        "shells_per_session": f"on: a background shell belongs to the session that started it; at most "
+        f"{MAX_SHELLS_PER_SESSION} run per session, each killed after {policy.shell_lifetime_seconds:g} s "
+        "(shell_lifetime)",
         "downstreams_die_with_omega": "on: PR_SET_PDEATHSIG on every stdio server (its own children: group kill only)",
         "downstream_confinement": _servers(servers or {}),
     }
+
+
+def _private(sandbox: Mapping[str, Any], what: str) -> str:
+    if sandbox.get("private_world"):
+        return f"on: {what}"
+    if sandbox.get("mode") == "rwx":
+        return "off: rwx mode shares the host's"
+    return "off: needs a mount namespace (user namespaces unavailable)"
+
+
+def _protected(policy: SandboxPolicy, sandbox: Mapping[str, Any], confined: bool) -> str:
+    names = ", ".join(policy.protected_names)
+    if not names:
+        return "off: [sandbox] unprotect removed them all"
+    if policy.mode == "rwx" or not confined:
+        return f"on for the file tools only ({names}); bash is not confined here"
+    binds = "read-only" if sandbox.get("pid_namespace") else "not read-only (no mount namespace)"
+    return f"on: {names}: denied to the file tools; for bash {binds} where they exist, undone where created"
+
+
+def _identity(policy: SandboxPolicy, sandbox: Mapping[str, Any]) -> str:
+    if policy.mode == "rwx":
+        return "off: rwx mode hides nothing"
+    pins = len(sandbox.get("pinned_above_hidden") or [])
+    return f"on: read refuses a hidden path under any name; {pins} directory(ies) above hidden paths pinned for bash"
+
+
+def _uid(sandbox: Mapping[str, Any]) -> str:
+    inside = sandbox.get("uid_inside")
+    if inside is None:
+        return "off: no user namespace (bash keeps omega's uid)"
+    return f"on: bash runs as uid {inside} without capabilities in its namespace; its init is not dumpable"
 
 
 def _servers(servers: Mapping[str, bool]) -> str:

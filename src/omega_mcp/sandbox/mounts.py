@@ -1,11 +1,16 @@
-"""PID 1's setup inside bash's namespaces: private mounts and /proc, pid_max, loopback, binds, covers.
+"""PID 1's setup inside bash's namespaces: private mounts and /proc, pid_max, loopback, binds, covers, /dev.
 
 Stdlib only and no package import, like `landlock.py` (imported the same way by `exec.py`, in a
-`python -I -S` process on every bash call). Read-only binds keep omega's own files unchanged where
-they lie inside a writable root. A hidden path is covered: a directory by an empty read-only tmpfs
-(mode 0), anything else (a file, a socket) by a bind of /dev/null, so reads see nothing and
-`connect()` to a covered socket is refused. The host's pathname UNIX sockets come from
-/proc/net/unix, which lists those of the reader's network namespace: read it before entering one.
+`python -I -S` process on every bash call). Read-only binds keep omega's own files and the protected
+names that exist unchanged where they lie inside a writable root; a pin (a bind of a directory onto
+itself) makes a directory a mount point, which cannot be renamed or removed (EBUSY). A hidden path is
+covered: a directory by an empty read-only tmpfs (mode 0), anything else (a file, a socket) by a
+read-only bind of /dev/null, so reads see nothing and `connect()` to a covered socket is refused.
+The private /tmp is the session's directory bound over /tmp (or an empty tmpfs), with the write roots
+that live below /tmp bound back. The private /dev is a tmpfs holding binds of the host's null, zero,
+full, random, urandom and tty (and GPUs), a devpts instance of its own (no host terminal), and an
+empty /dev/shm. The host's pathname UNIX sockets come from /proc/net/unix, which lists those of the
+reader's network namespace: read it before entering one.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ elif __package__:
 else:
     import landlock  # exec.py put this directory on sys.path
 
-__all__ = ["host_sockets", "mount", "setup"]
+__all__ = ["DEV_NODES", "host_sockets", "mount", "private_dev", "setup"]
+
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+"""The host devices a private /dev holds (plus GPUs, a pts instance of its own and /dev/ptmx)."""
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT = 32
@@ -55,16 +63,42 @@ def setup(
     *,
     private_tmp: tuple[str, list[str]] = ("", []),
     writable: list[str] | None = None,
+    tmp_source: str = "",
+    read_only: list[str] | None = None,
+    devices: list[str] | None = None,
 ) -> bool:
     """Everything PID 1 sets up before Landlock; returns whether a private /proc could be mounted
-    (everything else happens either way). `private_tmp` is (path, command): the path gets an empty
-    tmpfs of its own, what the command runs from there (`_runs_from`) is bound back read-only and
-    the `writable` roots beneath it read-write, so a server living under /tmp still runs.
+    (everything else happens either way). `private_tmp` is (path, command): the path gets `tmp_source`
+    bound over it (the session's directory) or else an empty tmpfs of its own, what the command runs
+    from there (`_runs_from`) is bound back read-only and the `writable` roots beneath it read-write,
+    so a server living under /tmp still runs. `read_only` paths (protected names) that exist get a
+    read-only bind; `devices` (not None) asks for the private /dev, with those extra devices in it.
 
     Raises:
-        OSError: a mount that must not be skipped failed (binds, configured hides).
+        OSError: a mount that must not be skipped failed (binds, configured hides, the private /dev).
     """
     mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    # Held before the binds: the session's /tmp may lie below omega's home, which they make read-only.
+    source_fd = os.open(tmp_source, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) if tmp_source else -1
+    try:
+        return _setup(pid_max, netns, binds, hide, sockets, private_tmp, writable, source_fd, read_only, devices)
+    finally:
+        if source_fd >= 0:
+            os.close(source_fd)
+
+
+def _setup(  # noqa: PLR0917 - the steps of `setup`, in its order
+    pid_max: int,
+    netns: bool,
+    binds: list[tuple[str, str]],
+    hide: list[str],
+    sockets: list[str],
+    private_tmp: tuple[str, list[str]],
+    writable: list[str] | None,
+    source_fd: int,
+    read_only: list[str] | None,
+    devices: list[str] | None,
+) -> bool:
     try:
         mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
         own_proc = True
@@ -87,9 +121,16 @@ def setup(
         mount(path, path, None, _MS_BIND | _MS_REC)
         if op == "protect":
             _remount_read_only(path)
+    for path in read_only or []:
+        try:
+            mount(path, path, None, _MS_BIND | _MS_REC)
+            _remount_read_only(path)
+        except FileNotFoundError:
+            continue  # removed since omega looked: nothing left to protect there
     tmp, command = private_tmp
     if tmp:
-        _private_tmp(tmp, _runs_from(tmp, command), [w for w in writable or [] if w != tmp and _under(w, [tmp])])
+        below = [w for w in writable or [] if w != tmp and _under(w, [tmp])]
+        _private_tmp(tmp, _runs_from(tmp, command), below, source_fd)
     for path in hide:
         _cover(path)
     for path in sockets:
@@ -97,16 +138,18 @@ def setup(
             _cover(path, socket_only=True)
         except OSError:
             pass  # a listed socket may vanish meanwhile: one that cannot be covered is skipped
-    if binds or hide or sockets or tmp:
+    if devices is not None:
+        private_dev(devices)
+    if binds or read_only or hide or sockets or tmp:
         # The cwd still points into the mounts as they were before the binds: re-enter it by
         # name, or relative paths would reach the protected files underneath.
         os.chdir(os.getcwd())
     return own_proc
 
 
-def _private_tmp(path: str, keep: list[str], writable: list[str]) -> None:
-    """An empty, world-writable (sticky) tmpfs over `path`; `keep` bound back read-only first, then
-    `writable` read-write (each opened before the tmpfs hides it)."""
+def _private_tmp(path: str, keep: list[str], writable: list[str], source_fd: int = -1) -> None:
+    """The directory `source_fd` bound over `path`, or else an empty, world-writable (sticky) tmpfs;
+    `keep` bound back read-only first, then `writable` read-write (each opened before `path` is covered)."""
     held: list[tuple[str, int, bool]] = []
     try:
         for root, read_only in [*((k, True) for k in keep), *((w, False) for w in writable)]:
@@ -114,7 +157,10 @@ def _private_tmp(path: str, keep: list[str], writable: list[str]) -> None:
                 held.append((root, os.open(root, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), read_only))
             except OSError:
                 continue  # gone: nothing to keep (Landlock skips a missing root too)
-        mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+        if source_fd >= 0:
+            mount(f"/proc/self/fd/{source_fd}", path, None, _MS_BIND)
+        else:
+            mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
         for root, fd, read_only in held:
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.makedirs(root, exist_ok=True)
@@ -129,6 +175,43 @@ def _private_tmp(path: str, keep: list[str], writable: list[str]) -> None:
     finally:
         for _, fd, _ in held:
             os.close(fd)
+
+
+def private_dev(extra: list[str]) -> None:
+    """A minimal /dev (see the module docstring); `extra` devices below /dev (GPUs) are bound in too.
+
+    Raises:
+        OSError: a mount failed (the probe tells whether this machine can).
+    """
+    held: list[tuple[str, int, bool]] = []
+    try:
+        for path in dict.fromkeys([*(f"/dev/{n}" for n in DEV_NODES), *extra]):
+            if not path.startswith("/dev/") or path in ("/dev/ptmx", "/dev/pts") or path.startswith("/dev/pts/"):
+                continue
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not on this machine
+            held.append((path, fd, os.path.isdir(f"/proc/self/fd/{fd}")))
+        mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC | _MS_NODEV, "mode=755,size=64k")
+        for path, fd, is_dir in held:
+            if is_dir:
+                os.makedirs(path, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | (_MS_REC if is_dir else 0))
+    finally:
+        for _, fd, _ in held:
+            os.close(fd)
+    os.mkdir("/dev/pts", 0o755)
+    mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    os.symlink("pts/ptmx", "/dev/ptmx")
+    os.mkdir("/dev/shm", 0o1777)
+    mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"/dev/{name}")
+    os.symlink("/proc/self/fd/2", "/dev/stderr")
 
 
 def _runs_from(tmp: str, command: list[str]) -> list[str]:
@@ -204,3 +287,5 @@ def _cover(path: str, *, socket_only: bool = False) -> None:
         mount("tmpfs", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0,size=4k")
     else:
         mount("/dev/null", path, None, _MS_BIND)
+        if not socket_only:
+            _remount_read_only(path)  # a hidden file reads empty and cannot be written either

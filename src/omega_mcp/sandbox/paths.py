@@ -31,6 +31,8 @@ from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
 from omega_mcp.sandbox.beneath import make_exact, open_beneath, open_exact, real_fd_path, walk
 from omega_mcp.sandbox.hidden import unhide_hint
 from omega_mcp.sandbox.policy import SYSTEM_DIRS, SandboxPolicy
+from omega_mcp.sandbox.protect import protected_reason
+from omega_mcp.sandbox.world import ensure_private_tmp, host_path
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.approvals import Grants
@@ -44,6 +46,7 @@ __all__ = [
     "not_regular_message",
     "open_readable",
     "open_write_parent",
+    "remember_hidden",
     "resolve_path",
 ]
 
@@ -94,12 +97,23 @@ def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
         for alias in _aliases(protected):
             if target.is_relative_to(alias):
                 return (
-                    f"{protected} is omega's own configuration, state or code, never writable by the tools (every mode)"
+                    f"{protected} is omega's own configuration, state or code (protected), never writable by the "
+                    "tools (every mode)"
                 )
+    if _other_session_tmp(policy, target):
+        return "it is another session's private /tmp; this session's is at /tmp"
     for system in SYSTEM_DIRS:
         if target.is_relative_to(system):
             return f"{system} is a system directory, never writable by the file tools (every mode)"
-    return None
+    return protected_reason(policy, target)
+
+
+def _other_session_tmp(policy: SandboxPolicy, target: Path) -> bool:
+    own = policy.private_tmp
+    for alias in _aliases(policy.private_tmp_root):
+        if target.is_relative_to(alias):
+            return own is None or not any(target.is_relative_to(a) for a in _aliases(own))
+    return False
 
 
 def _check_write_allowed(policy: SandboxPolicy, target: Path, shown: Path) -> None:
@@ -172,7 +186,10 @@ def _open_root(policy: SandboxPolicy, root: Path, path: Path, *, create: bool) -
         except FileNotFoundError:
             if not create:
                 raise
-        make_exact(real)  # a configured root that does not exist yet
+        if root == policy.tmp_dir and policy.private_tmp is not None:
+            ensure_private_tmp(policy)  # the session's /tmp, on its first write
+        else:
+            make_exact(real)  # a configured root that does not exist yet
         return open_exact(real)
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.ELOOP):
@@ -288,6 +305,44 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
         for hidden in policy.hidden:
             if any(target.is_relative_to(alias) for alias in _aliases(hidden)):
                 return f"hidden from the tools by [sandbox] hide ({unhide_hint(hidden)})"
+        for own in policy.own_hidden:
+            if any(target.is_relative_to(alias) for alias in _aliases(own)):
+                if own == policy.private_tmp_root and not _other_session_tmp(policy, target):
+                    continue  # the caller's own /tmp, reached through the tmp_dir mapping
+                return "omega's own configuration, saved sessions and other sessions' files are hidden from the tools"
+    return None
+
+
+_HIDDEN_IDS: dict[Path, tuple[int, int]] = {}
+"""(st_dev, st_ino) of every hidden path seen in this process: still hidden after a rename."""
+
+
+def remember_hidden(policy: SandboxPolicy) -> None:
+    """Note the identity of every hidden path that exists (at omega's start: the Toolbox calls this),
+    so `read` refuses it after a rename of a directory above it as well."""
+    if policy.mode == "rwx":
+        return
+    for hidden in policy.hidden:
+        if hidden not in _HIDDEN_IDS:
+            with suppress(OSError):
+                st = os.stat(hidden)
+                _HIDDEN_IDS[hidden] = (st.st_dev, st.st_ino)
+
+
+def _hidden_identity(policy: SandboxPolicy, real: Path) -> Path | None:
+    """The hidden path `real` lies in by identity (a directory above it was renamed), or None."""
+    if policy.mode == "rwx":
+        return None
+    remember_hidden(policy)
+    wanted = {ident: path for path, ident in _HIDDEN_IDS.items() if path in policy.hidden}
+    if not wanted:
+        return None
+    for place in (real, *real.parents):
+        with suppress(OSError):
+            st = os.stat(place)
+            found = wanted.get((st.st_dev, st.st_ino))
+            if found is not None:
+                return found
     return None
 
 
@@ -298,7 +353,12 @@ def check_read_fd(policy: SandboxPolicy, fd: int, path: Path) -> None:
     Raises:
         PathDeniedError: the fd is a denied file, whatever name or link led to it.
     """
-    reason = _read_block_reason(policy, real_fd_path(fd, path))
+    real = real_fd_path(fd, path)
+    reason = _read_block_reason(policy, real)
+    if reason is None and (moved := _hidden_identity(policy, real)) is not None:
+        reason = (
+            f"it lies in {moved}, hidden from the tools by [sandbox] hide, under another name ({unhide_hint(moved)})"
+        )
     if reason is None:
         with suppress(OSError):
             token = os.stat(policy.token_file)
@@ -337,7 +397,7 @@ def open_readable(policy: SandboxPolicy, path: Path) -> int:
     if reason is not None:
         raise PathDeniedError(str(path), reason)
     try:
-        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        pfd = os.open(host_path(policy, path), os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ToolError(
             f"file does not exist: {path} (relative paths resolve against the workspace {policy.workspace})"
@@ -353,7 +413,7 @@ def open_readable(policy: SandboxPolicy, path: Path) -> int:
         try:
             return os.open(f"/proc/self/fd/{pfd}", flags)
         except FileNotFoundError:  # no /proc: reopen by name and make sure it is the same inode
-            fd = os.open(path, flags)
+            fd = os.open(host_path(policy, path), flags)
             again = os.fstat(fd)
             if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
                 os.close(fd)

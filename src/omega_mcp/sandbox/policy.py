@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omega_mcp.config import Config, OnDenied, SandboxMode
-from omega_mcp.sandbox.hidden import default_hidden, effective_hidden
+from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, effective_protected
 
-__all__ = ["SYSTEM_DIRS", "SandboxPolicy", "interpreter_dirs"]
+__all__ = ["MAX_SHELLS_PER_SESSION", "SYSTEM_DIRS", "SandboxPolicy", "interpreter_dirs"]
 
 SYSTEM_DIRS: tuple[Path, ...] = tuple(
     Path(p)
@@ -44,6 +44,10 @@ STATE_DIR_NAME = "state"
 SCRATCH_DIR_NAME = "scratch"
 SERVERS_DIR_NAME = "servers"
 SESSIONS_DIR_NAME = "sessions"
+PRIVATE_TMP_DIR_NAME = "tmp"
+MAX_SHELLS_PER_SESSION = 8
+"""Background shells that may run at once per client session (`builtin/shells.py`)."""
+QUARANTINE_DIR_NAME = "quarantine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,15 @@ class SandboxPolicy:
     tools. A server gets a private /tmp and no share of `$OMEGA_HOME/scratch`."""
     read_only: bool = False
     """A confined server that may write nothing but its private /tmp (not even its cwd)."""
+    protected_names: tuple[str, ...] = field(default_factory=effective_protected)
+    """Names read-only for bash and denied to the file tools in every write root (`sandbox/protect.py`:
+    the defaults minus `[sandbox] unprotect`, plus `[sandbox] protect`)."""
+    shell_lifetime_seconds: float = 3600.0
+    """How long a background shell may run (`[sandbox] shell_lifetime`)."""
+    private_tmp: Path | None = None
+    """The calling session's private directory that stands in for `tmp_dir` (`sandbox/world.py`): bash
+    sees it at `tmp_dir` and the file tools map `tmp_dir/...` into it. None: bash gets an empty private
+    /tmp of its own (sandbox and rx modes), the file tools the host's."""
     pinned_roots: Mapping[Path, Path] = field(init=False, compare=False, repr=False, default_factory=dict[Path, Path])
     """Write root -> where it really was when this policy was made (omega's start). The file tools use
     these, never a fresh realpath: bash may rename a root that lies in another writable root (`/tmp`)
@@ -83,7 +96,10 @@ class SandboxPolicy:
 
     def __post_init__(self) -> None:
         roots = dict.fromkeys((*self.file_write_roots, *self.bash_write_roots))
-        object.__setattr__(self, "pinned_roots", {root: Path(os.path.realpath(root)) for root in roots})
+        pinned = {root: Path(os.path.realpath(root)) for root in roots}
+        if self.private_tmp is not None and self.tmp_dir in pinned:
+            pinned[self.tmp_dir] = Path(os.path.realpath(self.private_tmp))
+        object.__setattr__(self, "pinned_roots", pinned)
 
     @classmethod
     def from_config(
@@ -107,6 +123,8 @@ class SandboxPolicy:
             memory_mb=sb.memory_mb,
             config_candidates=(Path.cwd().absolute() / "servers.toml",),
             hidden=effective_hidden(sb.hide, sb.unhide, config.path.parent if config.path else None),
+            protected_names=effective_protected(sb.protect, sb.unprotect),
+            shell_lifetime_seconds=sb.shell_lifetime,
         )
 
     @property
@@ -119,6 +137,17 @@ class SandboxPolicy:
     def sessions_dir(self) -> Path:
         """`$OMEGA_HOME/sessions`: saved agent conversations, sent to the model again on `--resume`."""
         return self.home / SESSIONS_DIR_NAME
+
+    @property
+    def private_tmp_root(self) -> Path:
+        """`$OMEGA_HOME/tmp`: every client session's private /tmp (`sandbox/world.py`), each a directory
+        below; neither bash nor the file tools reach another session's."""
+        return self.home / PRIVATE_TMP_DIR_NAME
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """`$OMEGA_HOME/quarantine`: what bash wrote at a protected name, moved here when omega undid it."""
+        return self.home / QUARANTINE_DIR_NAME
 
     @property
     def scratch_dir(self) -> Path:
@@ -137,6 +166,7 @@ class SandboxPolicy:
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config, state and code: never writable (any mode), token never readable."""
         paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
+        paths.append(self.quarantine_dir)
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
         paths += [*self.config_candidates, *self.own_code]
@@ -163,11 +193,18 @@ class SandboxPolicy:
         return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
 
     @property
+    def own_hidden(self) -> tuple[Path, ...]:
+        """omega's own files no tool may read: its token, state, config files, saved sessions and the
+        sessions' private /tmp directories (the caller's own is reached at `tmp_dir` instead)."""
+        configs = [p for p in (self.config_path, self.home / "servers.toml") if p is not None]
+        return (self.token_file, self.state_dir, *configs, self.sessions_dir, self.private_tmp_root)
+
+    @property
     def hidden_paths(self) -> tuple[Path, ...]:
-        """What bash must not see in this mode: `hidden` plus omega's token and state; none in rwx."""
+        """What bash must not see in this mode: `hidden` plus `own_hidden`; none in rwx."""
         if self.mode == "rwx":
             return ()
-        return tuple(dict.fromkeys((*self.hidden, self.token_file, self.state_dir)))
+        return tuple(dict.fromkeys((*self.hidden, *self.own_hidden)))
 
     @property
     def bash_network(self) -> bool:

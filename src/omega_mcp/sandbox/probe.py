@@ -3,8 +3,8 @@
 On Linux the probe runs the trampoline (`exec.py --probe`) in a subprocess, because namespaces
 cannot be entered from a threaded server and Landlock must be seen to *deny* something before we
 trust it: it reports the Landlock ABI, whether a restricted process really lost write access,
-and whether user+PID+mount namespaces, a network namespace, a private /proc and a per-namespace
-`pid_max` work.
+and whether user+PID+mount namespaces, a network namespace, a private /proc, a per-namespace
+`pid_max`, a private /dev (its own devpts) and a fresh session keyring work.
 `OMEGA_FORCE_NO_LANDLOCK=1` (checked on every call, not cached) makes Landlock look absent, so
 tests and users can exercise the fail-closed path.
 """
@@ -52,6 +52,10 @@ class Support:
     """A network namespace can be entered together with the user namespace (bash's own loopback)."""
     mount_proc: bool = False
     pid_max: bool = False
+    private_dev: bool = False
+    """A minimal /dev with a devpts instance of its own can be mounted in the namespaces."""
+    keyring: bool = False
+    """A fresh session keyring can be joined (the kernel has keys, and this architecture's keyctl is known)."""
     sandbox_exec: bool = False
     detail: str = ""
     """Why a feature is missing, for messages (empty when everything works)."""
@@ -99,6 +103,8 @@ def _probe() -> Support:
         net_namespace=found.get("netns", (0, ""))[0] == 1,
         mount_proc=found.get("mount_proc", (0, ""))[0] == 1,
         pid_max=found.get("pid_max", (0, ""))[0] == 1,
+        private_dev=found.get("private_dev", (0, ""))[0] == 1,
+        keyring=found.get("keyring", (0, ""))[0] == 1,
         detail="; ".join(reasons),
     )
 

@@ -1,0 +1,112 @@
+"""What bash's mount namespace must bind, pin and cover: planned from the policy, for `launch.py`.
+
+`protection` keeps omega's own files (home, config, the code the server runs) read-only where they
+lie inside a writable root: a read-only bind each, the writable roots inside it bound back (holes),
+and every directory between the outermost enclosing root and it pinned (a bind onto itself: a mount
+point cannot be renamed away and recreated). `hiding` lists what to cover: the policy's hidden paths
+that exist and the well-known socket places, and pins every directory between a write root and a
+hidden path inside it, so the secret stays hidden by identity: a rename above it fails (EBUSY)
+instead of moving it out from under its name. Pure path arithmetic and `lexists`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from omega_mcp.sandbox.policy import SandboxPolicy
+
+__all__ = ["SOCKET_PLACES", "hiding", "own_files", "protection", "real", "real_own", "within"]
+
+SOCKET_PLACES = ("/run/user", "/run/dbus", "/tmp/.X11-unix", "/var/run/docker.sock", "/run/docker.sock")
+"""Where host services keep UNIX sockets: covered (outside the roots) whatever /proc/net/unix lists."""
+
+
+def within(path: Path, root: Path) -> bool:
+    return path.is_relative_to(root)  # both absolute and normalised: a component comparison
+
+
+def real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def real_own(path: Path) -> Path:
+    """`real` of omega's own files and the hidden secrets, resolved once: bash cannot move them (they
+    are read-only or hidden for it), and bash calls would pay dozens of realpath() walks each."""
+    return real(path)
+
+
+def own_files(policy: SandboxPolicy) -> list[Path]:
+    """What bash must never change: omega's home and config, and the code the server runs."""
+    candidates = [policy.home, policy.config_path, *policy.own_code]
+    return [p for p in dict.fromkeys(real_own(c) for c in candidates if c is not None) if p.exists()]
+
+
+def _pins(target: Path, real_roots: tuple[Path, ...]) -> list[tuple[str, Path]]:
+    """A pin for every directory strictly between the outermost root holding `target` and `target`."""
+    top = min((r for r in real_roots if within(target, r)), key=lambda r: len(r.parts))
+    return [("pin", p) for p in reversed(target.parents) if top in p.parents]
+
+
+def protection(
+    policy: SandboxPolicy, roots: tuple[Path, ...]
+) -> tuple[tuple[tuple[str, Path], ...], tuple[Path, ...], list[str]]:
+    """(binds, own files bash could still create, warnings) for omega's own files inside `roots`.
+
+    The server's interpreter prefix and package count as omega's files: a sandboxed command that
+    could rewrite them would run its code outside the sandbox on the next call.
+    """
+    real_roots = tuple(dict.fromkeys(real(r) for r in roots))
+    targets: list[Path] = []
+    for path in sorted(own_files(policy), key=lambda p: len(p.parts)):
+        if any(within(path, r) for r in real_roots) and not any(within(path, t) for t in targets):
+            targets.append(path)
+    binds: list[tuple[str, Path]] = []
+    warnings: list[str] = []
+    for target in targets:
+        binds.extend(_pins(target, real_roots))
+        holes = sorted((r for r in real_roots if target in r.parents), key=lambda r: len(r.parts))
+        binds.extend(("pin", r) for r in holes)
+        binds.append(("protect", target))
+        if target in real_roots:
+            warnings.append(f"write root {target} holds omega's own files, so bash gets it read-only")
+    unique = tuple(dict.fromkeys(binds))  # two targets may share ancestors: bind each once
+    # A servers.toml that does not exist cannot be bound; omega would load one created in the
+    # directory it starts from, so say so when bash could create it.
+    home = real(policy.home)
+    unprotected = [
+        candidate
+        for candidate in (real(Path("servers.toml")), home / "servers.toml")
+        if not candidate.exists()
+        and any(within(candidate, r) for r in real_roots)
+        and not any(within(candidate, t) for t in targets)
+    ]
+    return unique, tuple(unprotected), warnings
+
+
+def hiding(
+    policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str]
+) -> tuple[tuple[Path, ...], tuple[tuple[str, Path], ...]]:
+    """(what to cover, pins): the policy's hidden paths and the well-known socket places that exist,
+    and the directories between a write root and a hidden path inside it. A place that holds a write
+    root is not covered (it would hide the root too)."""
+    real_roots = tuple(real(r) for r in roots)
+    found: list[Path] = []
+    pins: list[tuple[str, Path]] = []
+    for path in policy.hidden_paths:
+        if not os.path.lexists(path):
+            continue
+        where = real_own(path)
+        if any(within(r, where) for r in real_roots):
+            warnings.append(f"{path} is not hidden from bash: it holds a write root")
+            continue
+        found.append(path)
+        if any(within(where, r) for r in real_roots):
+            pins.extend(_pins(where, real_roots))
+    for place in map(Path, SOCKET_PLACES):
+        place_real = real_own(place)
+        if os.path.lexists(place) and not any(within(place_real, r) or within(r, place_real) for r in real_roots):
+            found.append(place)
+    return tuple(dict.fromkeys(found)), tuple(dict.fromkeys(pins))

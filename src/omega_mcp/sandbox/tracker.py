@@ -1,0 +1,305 @@
+"""Protected names in the write roots, tracked across bash calls: what to bind, and what to undo.
+
+`ProtectedTree` knows every protected entry (`protect.Matcher`) at any depth of bash's write roots
+(the workspace and `write_roots`; the private /tmp and `$OMEGA_HOME/scratch` are bash's own and run
+nothing outside). Directories are looked at again only when they changed: inotify says which
+(`inotify.py`); a directory it cannot watch is compared by mtime. A bash run `begin`s (the existing
+entries become its read-only binds), may be `check`ed while it runs (a background shell's
+`bash_output`) and `end`s; each look undoes every entry that appeared or was replaced while a run
+could have done it: moved to `$OMEGA_HOME/quarantine/STAMP/<its path>` (a replaced symbolic link is
+put back), except what git itself writes for a new repository (`protect.git_config_problem`,
+`hooks_problem`). A change no running bash could have made (no run, or every run had that path
+bound and the directories above it unchanged) is the user's: it is kept. Blocking: call from a
+worker thread; one look at a time (a lock).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omega_mcp.sandbox.inotify import OVERFLOW, Watcher
+from omega_mcp.sandbox.protect import Matcher, git_config_problem, hooks_problem
+
+__all__ = ["ProtectedTree", "Run", "Undone"]
+
+_Ident = tuple[int, int, int, str]  # dev, ino, file type, link target ("" unless a symbolic link)
+
+
+@dataclass(frozen=True, slots=True)
+class Undone:
+    """One change omega undid: the path, what happened there, and where its content went (or why not)."""
+
+    path: str
+    what: str
+    kept: str | None = None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        if self.error is not None:
+            return f"{self.path} ({self.what}): could not be undone: {self.error}"
+        where = f"; its content is kept in {self.kept}" if self.kept else ""
+        return f"{self.path} ({self.what}) was undone{where}"
+
+
+@dataclass(slots=True)
+class _Entry:
+    ident: _Ident
+    pattern: str
+    full: bool  # the entry is protected itself; False: it starts a longer protected name (a link there)
+
+
+@dataclass(slots=True)
+class _Dir:
+    stamp: tuple[int, int, int]  # dev, ino, mtime_ns
+    parts: tuple[str, ...]
+    subdirs: dict[str, str] = field(default_factory=dict[str, str])  # name -> path
+    protected: dict[str, _Entry] = field(default_factory=dict[str, _Entry])  # path -> entry
+
+
+@dataclass(eq=False, slots=True)
+class Run:
+    """One bash process's view: the protected entries bound read-only in it, and the directories above them."""
+
+    bound: dict[str, tuple[_Ident, tuple[tuple[int, int], ...]]]
+
+    @property
+    def binds(self) -> list[str]:
+        """The paths to bind read-only (a symbolic link is bound where it leads, by the kernel)."""
+        return list(self.bound)
+
+
+def _ident(st: os.stat_result, path: str) -> _Ident:
+    link = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            link = os.readlink(path)
+        except OSError:
+            link = "?"
+    return (st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode), link)
+
+
+class ProtectedTree:
+    """The protected entries under `roots` (real paths), kept current between bash runs."""
+
+    def __init__(
+        self, roots: Sequence[Path], names: Sequence[str], quarantine: Path, *, skip: Sequence[Path] = ()
+    ) -> None:
+        real = sorted({os.path.realpath(r) for r in roots}, key=len)
+        self.roots = [r for i, r in enumerate(real) if not any(r.startswith(o.rstrip("/") + "/") for o in real[:i])]
+        self.matcher = Matcher(names)
+        self.quarantine = quarantine
+        self._skip = {os.path.realpath(p) for p in skip}
+        self._dirs: dict[str, _Dir] = {}
+        self._known: dict[str, _Entry] = {}
+        self._runs: set[Run] = set()
+        self._lock = threading.Lock()
+        self._watcher = Watcher()
+        self._first = True
+
+    def close(self) -> None:
+        with self._lock:
+            self._watcher.close()
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def begin(self) -> tuple[Run, list[Undone]]:
+        """Look (undoing what running bashes did), then register a new run bound to what exists now."""
+        with self._lock:
+            undone = self._look()
+            run = Run({p: (e.ident, self._chain(p)) for p, e in self._known.items() if e.full})
+            self._runs.add(run)
+            return run, undone
+
+    def check(self) -> list[Undone]:
+        """Look now (a background shell is polled): undo what any running bash did."""
+        with self._lock:
+            return self._look()
+
+    def end(self, run: Run) -> list[Undone]:
+        """The run's process is gone: a last look while it still counts, then forget it."""
+        with self._lock:
+            try:
+                return self._look()
+            finally:
+                self._runs.discard(run)
+
+    # -- looking ---------------------------------------------------------------------------------
+
+    def _look(self) -> list[Undone]:
+        if not self.matcher:
+            return []
+        self._refresh()
+        current: dict[str, _Entry] = {}
+        for directory in self._dirs.values():
+            current.update(directory.protected)
+        undone: list[Undone] = []
+        stamp = ""
+        for path, entry in sorted(current.items()):
+            before = self._known.get(path)
+            if before is not None and before.ident == entry.ident:
+                continue
+            if not self._attributable(path, entry):
+                continue  # the user's (or a program's outside bash): kept
+            if not stamp:
+                stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+            undone.extend(self._undo(path, entry, before, stamp))
+        if undone:
+            self._refresh()  # what the undo moved
+            current = {}
+            for directory in self._dirs.values():
+                current.update(directory.protected)
+        self._known = current
+        return undone
+
+    def _attributable(self, path: str, entry: _Entry) -> bool:
+        for run in self._runs:
+            bound = run.bound.get(path)
+            if bound is None or bound[0][2] == stat.S_IFLNK:  # not bound in it (or a link: not itself bound)
+                return True
+            if bound[1] != self._chain(path):  # a directory above it was moved: the binding moved with it
+                return True
+        return False
+
+    def _chain(self, path: str) -> tuple[tuple[int, int], ...]:
+        chain: list[tuple[int, int]] = []
+        parent = os.path.dirname(path)
+        while parent in self._dirs:
+            dev, ino, _ = self._dirs[parent].stamp
+            chain.append((dev, ino))
+            if parent in self.roots:
+                break
+            parent = os.path.dirname(parent)
+        return tuple(chain)
+
+    def _undo(self, path: str, entry: _Entry, before: _Entry | None, stamp: str) -> list[Undone]:
+        what = "created" if before is None else "replaced"
+        kind = entry.ident[2]
+        if entry.full and entry.pattern == ".git/config" and kind == stat.S_IFREG:
+            problem = git_config_problem(Path(path))
+            if problem is None:
+                return []  # git init or clone: only git's own keys
+            what += f": {problem}"
+        elif entry.full and entry.pattern == ".git/hooks" and kind == stat.S_IFDIR:
+            # git init copies its sample hooks, which it never runs: only the others go.
+            return [
+                self._move(os.path.join(path, name), "created in a new .git/hooks", stamp)
+                for name in hooks_problem(Path(path))
+            ]
+        result = self._move(path, what, stamp)
+        if before is not None and before.ident[2] == stat.S_IFLNK and result.error is None:
+            try:
+                os.symlink(before.ident[3], path)
+            except OSError as exc:
+                return [Undone(path, what, result.kept, f"the link to {before.ident[3]} was not restored: {exc}")]
+        return [result]
+
+    def _move(self, path: str, what: str, stamp: str) -> Undone:
+        target = self.quarantine / stamp / path.lstrip("/")
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            shutil.move(path, target)
+        except OSError as exc:
+            return Undone(path, what, error=exc.strerror or str(exc))
+        return Undone(path, what, str(target))
+
+    # -- the directory cache -----------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Bring the directory cache up to date: changed directories (by inotify or mtime) are listed again."""
+        if self._first:
+            self._first = False
+            for root in self.roots:
+                self._visit(root, (), None, force=True)
+            return
+        changed = self._watcher.changed()
+        if OVERFLOW in changed:
+            changed = set(self._dirs)
+        for path, directory in list(self._dirs.items()):
+            if (path in changed or not self._watcher.watched(path)) and self._dirs.get(path) is directory:
+                self._visit(path, directory.parts, directory, force=path in changed)
+
+    def _visit(self, path: str, parts: tuple[str, ...], cached: _Dir | None, *, force: bool) -> None:
+        todo: list[tuple[str, tuple[str, ...], _Dir | None]] = [(path, parts, cached)]
+        while todo:
+            path, parts, cached = todo.pop()
+            try:
+                st = os.lstat(path)
+            except OSError:
+                self._drop(path)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                self._drop(path)
+                continue
+            stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+            if cached is not None and cached.stamp == stamp and not force:
+                continue  # polled and unchanged: nothing appeared or went in it
+            force = False  # only the first directory was named by an event
+            self._watcher.add(path)
+            entries = self._list(path, st)
+            if entries is None:
+                self._drop(path)
+                continue
+            directory = _Dir(stamp, parts)
+            for entry in entries:
+                child = os.path.join(path, entry.name)
+                if self.matcher.relevant(entry.name):
+                    found = self.matcher.entry(parts, entry.name)
+                    if found is not None and self._record(directory, entry, child, *found):
+                        continue  # a protected directory is one entry: bash cannot change inside it
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir and child not in self._skip:
+                    directory.subdirs[entry.name] = child
+                    if child not in self._dirs:
+                        todo.append((child, (*parts, entry.name), None))
+            if cached is not None:
+                for name, child in cached.subdirs.items():
+                    if directory.subdirs.get(name) != child:
+                        self._drop(child)
+            self._dirs[path] = directory
+
+    @staticmethod
+    def _record(directory: _Dir, entry: os.DirEntry[str], child: str, pattern: str, full: bool) -> bool:
+        """Note a protected entry (or a link where a longer protected name starts); True: do not descend."""
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            return True
+        if full or stat.S_ISLNK(st.st_mode):
+            directory.protected[child] = _Entry(_ident(st, child), pattern, full)
+        return full
+
+    def _list(self, path: str, st: os.stat_result) -> list[os.DirEntry[str]] | None:
+        try:
+            with os.scandir(path) as it:
+                return list(it)
+        except PermissionError:
+            pass
+        except OSError:
+            return None
+        # A directory bash made unreadable (`chmod 300`) could hide a protected name from this look while
+        # a program that knows the name still opens it: make it readable again (it is the user's own).
+        try:
+            if st.st_uid == os.geteuid():
+                os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+            with os.scandir(path) as it:
+                return list(it)
+        except OSError:
+            return None
+
+    def _drop(self, path: str) -> None:
+        gone = self._dirs.pop(path, None)
+        self._watcher.forget(path)
+        if gone is not None:
+            for child in gone.subdirs.values():
+                self._drop(child)
