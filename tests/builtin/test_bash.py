@@ -244,7 +244,7 @@ async def test_cancellation_kills_the_tree(policy: SandboxPolicy, shells: ShellR
 async def test_huge_command_is_sourced_when_the_launch_argv_has_another_shape(
     policy: SandboxPolicy, shells: ShellRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def wrapped_launch(policy: SandboxPolicy, command: str) -> BashLaunch:
+    def wrapped_launch(policy: SandboxPolicy, command: str, protected: object = ()) -> BashLaunch:
         # A wrapper shape: the command is not the last argv element.
         return BashLaunch(("/bin/bash", "-c", command, "omega"), {"PATH": "/usr/bin:/bin"}, policy.workspace)
 

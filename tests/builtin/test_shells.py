@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -171,13 +172,25 @@ async def test_a_call_without_a_session_cannot_start_a_background_shell(policy: 
             await shells.start(policy, "sleep 1000", owner=NO_SESSION)
 
 
-async def test_the_cap_message_names_only_the_callers_shells(policy: SandboxPolicy) -> None:
+async def test_the_cap_is_per_session_and_its_message_names_only_the_callers_shells(policy: SandboxPolicy) -> None:
     async with ShellRegistry(max_running=1) as shells:
         started = await run_bash(policy, BashArgs(command="sleep 1000", run_in_background=True), shells, owner="a")
-        other_id = _text(started).split()[3].rstrip(".")
+        a_id = _text(started).split()[3].rstrip(".")
+        b_id, _ = await shells.start(policy, "sleep 1000", owner="b")  # a's full slots are not b's
         with pytest.raises(ToolError, match="Too many background shells") as error:
             await shells.start(policy, "sleep 1000", owner="b")
-        assert other_id not in str(error.value)
+        assert b_id in str(error.value) and a_id not in str(error.value)
+
+
+async def test_a_shell_is_killed_after_its_lifetime(policy: SandboxPolicy, markers: Markers) -> None:
+    marker = markers()
+    short = replace(policy, shell_lifetime_seconds=0.5)
+    async with ShellRegistry() as shells:
+        shell_id = await _start(shells, short, f"sleep {marker}")
+        texts = await _poll_until_finished(shells, shell_id)
+        assert texts[-1].endswith("[killed after 0.5 s, its [sandbox] shell_lifetime; the process tree was killed]")
+        assert (await shells.output(shell_id)).is_error
+        await assert_gone(marker)
 
 
 async def test_running_shells_are_capped(policy: SandboxPolicy) -> None:

@@ -145,3 +145,31 @@ async def test_a_half_open_flood_does_not_starve_a_client_with_the_token(tmp_pat
         for sock in flood:
             sock.close()
         assert hub.stop() == 0
+
+
+async def test_one_session_cannot_take_every_background_shell_and_shells_die_at_their_lifetime(tmp_path: Path):
+    config = tmp_path / "servers.toml"
+    config.write_text("[sandbox]\nshell_lifetime = 2\n")
+    hub = start_hub(tmp_path, "--config", str(config))
+    try:
+        async with hub_client(hub.url, hub.token) as greedy, hub_client(hub.url, hub.token) as other:
+            taken: list[str] = []
+            with anyio.fail_after(120):
+                for _ in range(20):  # as many as it is given
+                    started = await greedy.call_tool("bash", {"command": "sleep 1000", "run_in_background": True})
+                    text = started.content[0].text  # type: ignore[union-attr]
+                    if started.is_error:
+                        assert "Too many background shells" in text, text
+                        break
+                    taken.append(text.split()[3].rstrip("."))
+                mine = await other.call_tool("bash", {"command": "sleep 1000", "run_in_background": True})
+                assert not mine.is_error, mine.content  # the other session still gets a shell
+                assert len(taken) == 8, taken
+                status = ""
+                while "shell_lifetime" not in status:  # the lifetime ends every shell, unpolled or not
+                    await anyio.sleep(0.2)
+                    polled = await greedy.call_tool("bash_output", {"shell_id": taken[0]})
+                    status = polled.content[0].text  # type: ignore[union-attr]
+                assert status.endswith("[killed after 2 s, its [sandbox] shell_lifetime; the process tree was killed]")
+    finally:
+        assert hub.stop() == 0

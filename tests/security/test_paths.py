@@ -365,7 +365,8 @@ async def test_reading_the_token_is_denied_directly_and_through_links(policy: Sa
 
 async def test_other_files_next_to_the_token_stay_readable(policy: SandboxPolicy, tmp_path: Path) -> None:
     pol = _protected(policy, tmp_path)
-    result = await read_file(pol, ReadArgs(file_path=str(pol.home / "servers.toml")))
+    (pol.home / "notes.txt").write_text("mine\n")
+    result = await read_file(pol, ReadArgs(file_path=str(pol.home / "notes.txt")))
     assert not result.is_error
 
 
