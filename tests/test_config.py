@@ -278,3 +278,33 @@ def test_hub_allowed_hosts_is_a_strict_list_of_names(tmp_path):
     )
     path = _write(tmp_path, '[hub]\nallowed_hosts = ["omega.internal", "10.0.0.5:8765"]\n')
     assert load_config(path, environ={}).hub.allowed_hosts == ("omega.internal", "10.0.0.5:8765")
+
+
+def test_protect_adds_names_unprotect_removes_only_defaults_and_shell_lifetime(tmp_path):
+    from omega_mcp.sandbox.policy import SandboxPolicy
+
+    path = _write(
+        tmp_path,
+        '[sandbox]\nprotect = ["Makefile", "./.github/workflows/"]\nunprotect = [".idea/"]\nshell_lifetime = 60\n',
+    )
+    policy = SandboxPolicy.from_config(load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")}))
+    assert ".idea" not in policy.protected_names and ".vscode" in policy.protected_names
+    assert policy.protected_names[-2:] == ("Makefile", ".github/workflows")
+    assert policy.shell_lifetime_seconds == 60
+
+
+@pytest.mark.parametrize(
+    ("line", "wanted"),
+    [
+        ('unprotect = ["Makefile"]', "sandbox.unprotect: 'Makefile' is not protected by default"),
+        ('protect = ["/etc/x"]', "sandbox.protect: '/etc/x' is absolute"),
+        ('protect = ["../x"]', "sandbox.protect: '../x' has a `.` or `..` component"),
+        ('protect = ".envrc"', 'sandbox.protect: expected a list of names or globs, e.g. protect = [".envrc"]'),
+        ("shell_lifetime = 0", "sandbox.shell_lifetime: Input should be greater than 0"),
+    ],
+)
+def test_bad_protected_names_and_lifetimes_are_config_errors(tmp_path, line, wanted):
+    path = _write(tmp_path, f"[sandbox]\n{line}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
+    assert wanted in str(caught.value), str(caught.value)

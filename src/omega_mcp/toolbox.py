@@ -13,6 +13,7 @@ error result. A new built-in tool goes in `builtin/` with its schema, and gets a
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -174,6 +175,9 @@ class Toolbox(AsyncContextManagerMixin):
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
+        if self._tree is not None:
+            # The first look walks the write roots: done in the background, not in the first bash call.
+            threading.Thread(target=self._tree.prime, name="omega-protected-names", daemon=True).start()
         try:
             async with self._shells:
                 yield self

@@ -361,9 +361,9 @@ def root_warning(euid: int | None = None) -> str | None:
     if sys.platform == "win32" or (os.geteuid() if euid is None else euid) != 0:
         return None
     return (
-        "omega-mcp: warning: running as root: Landlock's ptrace scoping does not protect other processes "
-        "from root (bash could read their /proc/<pid>/environ) and downstream servers get root's rights; "
-        "run omega as a normal user"
+        "omega-mcp: warning: running as root: bash runs as an unprivileged user in its namespace, but "
+        "where there are no namespaces Landlock's ptrace scoping does not protect other processes from root, "
+        "and unconfined downstream servers get root's rights; run omega as a normal user"
     )
 
 

@@ -305,9 +305,11 @@ def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = 
     plan = _plan(policy)
     if plan.refusal is not None:
         raise SandboxUnavailableError(plan.refusal)
+    home_existed = policy.home.is_dir()
     _ensure_dirs(policy)
-    # Planned again inside: the home may only exist now, which changes what to protect.
-    argv = confined_argv(policy, [_bash(), "--noprofile", "--norc", "-c", command], protected)
+    if not home_existed:
+        plan = _plan(policy)  # the home exists only now, which changes what to protect
+    argv = _confined_argv(policy, plan, [_bash(), "--noprofile", "--norc", "-c", command], protected)
     return BashLaunch(argv=tuple(argv), env=bash_environment(policy), cwd=policy.workspace)
 
 
@@ -320,7 +322,10 @@ def confined_argv(policy: SandboxPolicy, program: Sequence[str], protected: Sequ
         SandboxUnavailableError: the OS sandbox the policy needs cannot be applied here, or the
             workspace was replaced since omega started.
     """
-    plan = _plan(policy)
+    return _confined_argv(policy, _plan(policy), program, protected)
+
+
+def _confined_argv(policy: SandboxPolicy, plan: _Plan, program: Sequence[str], protected: Sequence[str]) -> list[str]:
     if plan.refusal is not None:
         raise SandboxUnavailableError(plan.refusal)
     if plan.confinement != "none":

@@ -99,12 +99,27 @@ class ProtectedTree:
         self._skip = {os.path.realpath(p) for p in skip}
         self._dirs: dict[str, _Dir] = {}
         self._known: dict[str, _Entry] = {}
+        """Every protected entry as of the last look (kept current entry by entry, not rebuilt)."""
+        self._changed: dict[str, _Entry | None] = {}
+        """Entries added, replaced or gone since the last look -> what they were then (None: absent)."""
+        self._unwatched: set[str] = set()
+        """Directories inotify does not watch (no inotify, or its limit reached): compared by mtime."""
         self._runs: set[Run] = set()
         self._lock = threading.Lock()
         self._watcher = Watcher()
         self._first = True
+        self._closing = False
+
+    def prime(self) -> None:
+        """The first look (a walk of every write root, ~40 µs a directory), ahead of the first bash call:
+        run it in a thread when omega starts. `close` stops it early."""
+        with self._lock:
+            if self._first and not self._closing:
+                self._refresh()
+                self._changed = {}  # what exists at the start is nobody's doing
 
     def close(self) -> None:
+        self._closing = True
         with self._lock:
             self._watcher.close()
 
@@ -137,29 +152,29 @@ class ProtectedTree:
         if not self.matcher:
             return []
         self._refresh()
-        current: dict[str, _Entry] = {}
-        for directory in self._dirs.values():
-            current.update(directory.protected)
+        changed, self._changed = self._changed, {}
+        # Entries that left their path: found again elsewhere (a directory above was renamed) they are
+        # the same content, which bash could not change (it was bound read-only), not a new one.
+        moved = {b.ident[:2] for p, b in changed.items() if b is not None and self._known.get(p) != b}
         undone: list[Undone] = []
         stamp = ""
-        for path, entry in sorted(current.items()):
-            before = self._known.get(path)
-            if before is not None and before.ident == entry.ident:
+        for path in sorted(changed):
+            entry, before = self._known.get(path), changed[path]
+            if entry is None or (before is not None and before.ident == entry.ident):
+                continue  # gone, or back as it was
+            if before is None and entry.ident[:2] in moved and entry.ident[2] != stat.S_IFLNK:
                 continue
-            if not self._attributable(path, entry):
+            if not self._attributable(path):
                 continue  # the user's (or a program's outside bash): kept
             if not stamp:
                 stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
             undone.extend(self._undo(path, entry, before, stamp))
         if undone:
-            self._refresh()  # what the undo moved
-            current = {}
-            for directory in self._dirs.values():
-                current.update(directory.protected)
-        self._known = current
+            self._refresh()  # what the undo moved or put back
+            self._changed = {}
         return undone
 
-    def _attributable(self, path: str, entry: _Entry) -> bool:
+    def _attributable(self, path: str) -> bool:
         for run in self._runs:
             bound = run.bound.get(path)
             if bound is None or bound[0][2] == stat.S_IFLNK:  # not bound in it (or a link: not itself bound)
@@ -222,13 +237,14 @@ class ProtectedTree:
         changed = self._watcher.changed()
         if OVERFLOW in changed:
             changed = set(self._dirs)
-        for path, directory in list(self._dirs.items()):
-            if (path in changed or not self._watcher.watched(path)) and self._dirs.get(path) is directory:
+        for path in sorted(changed | self._unwatched, key=len):  # parents first: they may drop children
+            directory = self._dirs.get(path)
+            if directory is not None:
                 self._visit(path, directory.parts, directory, force=path in changed)
 
     def _visit(self, path: str, parts: tuple[str, ...], cached: _Dir | None, *, force: bool) -> None:
         todo: list[tuple[str, tuple[str, ...], _Dir | None]] = [(path, parts, cached)]
-        while todo:
+        while todo and not self._closing:
             path, parts, cached = todo.pop()
             try:
                 st = os.lstat(path)
@@ -242,7 +258,10 @@ class ProtectedTree:
             if cached is not None and cached.stamp == stamp and not force:
                 continue  # polled and unchanged: nothing appeared or went in it
             force = False  # only the first directory was named by an event
-            self._watcher.add(path)
+            if self._watcher.add(path):
+                self._unwatched.discard(path)
+            else:
+                self._unwatched.add(path)
             entries = self._list(path, st)
             if entries is None:
                 self._drop(path)
@@ -262,11 +281,25 @@ class ProtectedTree:
                     directory.subdirs[entry.name] = child
                     if child not in self._dirs:
                         todo.append((child, (*parts, entry.name), None))
-            if cached is not None:
-                for name, child in cached.subdirs.items():
+            old = cached if cached is not None else self._dirs.get(path)
+            if old is not None:
+                for name, child in old.subdirs.items():
                     if directory.subdirs.get(name) != child:
                         self._drop(child)
+            self._set_entries(old.protected if old is not None else {}, directory.protected)
             self._dirs[path] = directory
+
+    def _set_entries(self, old: dict[str, _Entry], new: dict[str, _Entry]) -> None:
+        """Replace one directory's protected entries in `_known`, noting each change for the next look."""
+        for path in old.keys() | new.keys():
+            before, after = old.get(path), new.get(path)
+            if before == after:
+                continue
+            self._changed.setdefault(path, self._known.get(path))
+            if after is None:
+                self._known.pop(path, None)
+            else:
+                self._known[path] = after
 
     @staticmethod
     def _record(directory: _Dir, entry: os.DirEntry[str], child: str, pattern: str, full: bool) -> bool:
@@ -300,6 +333,8 @@ class ProtectedTree:
     def _drop(self, path: str) -> None:
         gone = self._dirs.pop(path, None)
         self._watcher.forget(path)
+        self._unwatched.discard(path)
         if gone is not None:
+            self._set_entries(gone.protected, {})
             for child in gone.subdirs.values():
                 self._drop(child)

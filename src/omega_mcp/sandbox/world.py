@@ -6,13 +6,14 @@ to /tmp, `read` finds at the same path, and no session (nor the host) sees anoth
 one per owner (the MCP connection; None, the process itself, for the agent and `omega-mcp call`):
 `policy_for(owner)` returns the policy the owner's calls run under (the directory is made on first
 use: `ensure_private_tmp`); `close(owner)` removes it. Directories left by an omega that died are removed when the next
-one starts (their name starts with the pid that made them). In rwx mode nothing is private: the
-host's /tmp is used as it is. Blocking: call from a worker thread.
+one starts (their name starts with the pid that made them). In rwx mode, or without user namespaces,
+nothing is private: the host's /tmp is used as it is. Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["Worlds", "ensure_private_tmp", "host_path", "remove_tree"]
@@ -95,10 +97,11 @@ class Worlds:
         self._lock = threading.Lock()
         self._swept = False
 
-    @property
+    @functools.cached_property
     def private(self) -> bool:
-        """Whether sessions get a private /tmp at all (not in rwx mode)."""
-        return self.policy.mode != "rwx"
+        """Whether sessions get a private /tmp at all: not in rwx mode, and only where bash gets a
+        mount namespace to see it in (elsewhere bash and the file tools share the host's)."""
+        return self.policy.mode != "rwx" and probe.support().pid_namespace
 
     def known(self, owner: object | None) -> SandboxPolicy | None:
         """`owner`'s policy when its /tmp exists already (or nothing is private), without blocking."""
