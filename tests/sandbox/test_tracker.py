@@ -107,8 +107,12 @@ def test_a_new_repository_keeps_gits_own_config_and_sample_hooks(tree: Protected
 def test_a_replaced_link_is_put_back(tree: ProtectedTree, tmp_path: Path) -> None:
     ws = _ws(tree)
     (tmp_path / "shared.json").write_text("{}")
-    os.symlink(tmp_path / "shared.json", ws / ".mcp.json")
+    os.symlink(tmp_path / "shared.json", ws / ".mcp.json")  # leads out of the roots: Landlock's business
+    (ws / "cfg.json").write_text("{}")
+    (ws / ".vscode").mkdir()
+    os.symlink("cfg.json", ws / ".envrc")  # leads to a writable file: that file is bound
     run, _ = tree.begin()
+    assert sorted(run.binds) == [str(ws / ".vscode"), str(ws / "cfg.json")]
     (ws / ".mcp.json").unlink()
     (ws / ".mcp.json").write_text("evil")
     undone = tree.end(run)

@@ -69,11 +69,9 @@ class Run:
     """One bash process's view: the protected entries bound read-only in it, and the directories above them."""
 
     bound: dict[str, tuple[_Ident, tuple[tuple[int, int], ...]]]
-
-    @property
-    def binds(self) -> list[str]:
-        """The paths to bind read-only (a symbolic link is bound where it leads, by the kernel)."""
-        return list(self.bound)
+    binds: list[str] = field(default_factory=list[str])
+    """The paths to bind read-only: each entry, and for a symbolic link the file it leads to when that
+    lies in a write root (elsewhere Landlock keeps it read-only already)."""
 
 
 def _ident(st: os.stat_result, path: str) -> _Ident:
@@ -130,8 +128,16 @@ class ProtectedTree:
         with self._lock:
             undone = self._look()
             run = Run({p: (e.ident, self._chain(p)) for p, e in self._known.items() if e.full})
+            for path, (ident, _) in run.bound.items():
+                if ident[2] != stat.S_IFLNK:
+                    run.binds.append(path)
+                elif self._in_roots(target := os.path.realpath(path)) and os.path.exists(target):
+                    run.binds.append(target)
             self._runs.add(run)
             return run, undone
+
+    def _in_roots(self, path: str) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
 
     def check(self) -> list[Undone]:
         """Look now (a background shell is polled): undo what any running bash did."""
