@@ -2,6 +2,9 @@
 
 Usage: python bench/bench_bash_tool.py [--runs 100] [--dirs 0 300 3000]
 
+Besides wall time it reports the CPU time (user + system, omega and the command's processes) each
+call costs: on a shared, busy machine that is the steadier number to compare two versions by.
+
 Unlike `bench_trampoline.py` (the launch alone), this is the whole call a client pays for: the
 Toolbox route, the session's private world, the protected-names check before and after the
 command, the trampoline and the output. Each row is a sandbox-mode Toolbox whose workspace holds a
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -49,21 +53,28 @@ def _pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
-async def _measure(policy: SandboxPolicy, runs: int) -> list[float]:
-    samples: list[float] = []
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+async def _measure(policy: SandboxPolicy, runs: int) -> tuple[list[float], list[float]]:
+    wall: list[float] = []
+    cpu: list[float] = []
     async with Toolbox(policy) as toolbox:
         for i in range(runs + 5):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), _cpu()
             result = await toolbox.call_tool("bash", {"command": "true"})
             if result.is_error:
                 raise SystemExit(f"bash failed: {result.content}")
-            if i >= 5:  # warm-up: page cache, pyc files, the first scan
-                samples.append(time.perf_counter() - start)
-    return samples
+            if i >= 5:  # warm-up: page cache, pyc files, the first look at the workspace
+                wall.append(time.perf_counter() - start)
+                cpu.append(_cpu() - start_cpu)
+    return wall, cpu
 
 
 def main(runs: int, sizes: list[int]) -> None:
-    rows: dict[str, list[float]] = {}
+    rows: dict[str, tuple[list[float], list[float]]] = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         for dirs in sizes:
             base = Path(tmp) / f"t{dirs}"
@@ -73,11 +84,13 @@ def main(runs: int, sizes: list[int]) -> None:
             policy = SandboxPolicy(mode="sandbox", home=base / "home", workspace=base / "ws", tmp_dir=Path("/tmp"))
             rows[f"sandbox, workspace of {dirs} directories"] = anyio.run(_measure, policy, runs)
     print(f"`bash true` through Toolbox.call_tool, {runs} runs each\n")
-    print("| workspace | p50 ms | p90 ms | mean ms |")
-    print("|---|---:|---:|---:|")
-    for name, samples in rows.items():
-        mean = statistics.mean(samples) * 1000
-        print(f"| {name} | {_pct(samples, 0.5):.1f} | {_pct(samples, 0.9):.1f} | {mean:.1f} |")
+    print("| workspace | wall p50 ms | wall p90 ms | CPU p50 ms | CPU mean ms |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (wall, cpu) in rows.items():
+        print(
+            f"| {name} | {_pct(wall, 0.5):.1f} | {_pct(wall, 0.9):.1f} | {_pct(cpu, 0.5):.1f} "
+            f"| {statistics.mean(cpu) * 1000:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def test_a_socket_in_the_hosts_tmp_is_out_of_reach_while_tmp_is_writable_and_sha
             def accept() -> None:
                 while not stop.is_set():
                     try:
-                        listener.accept()
+                        listener.accept()[0].close()
                     except TimeoutError:
                         continue
                     except OSError:
