@@ -137,8 +137,10 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         network = policy.bash_network or abi < 4
         if abi < need:
             warnings.append(f"Landlock ABI {abi} is below {need}: bash is only partly confined")
-        if os.path.isdir("/dev/shm"):
-            roots = (*roots, Path("/dev/shm"))  # POSIX shared memory (multiprocessing locks)
+        if os.path.isdir("/dev/shm") and (support.private_dev or not pidns):
+            # POSIX shared memory (multiprocessing locks): the private /dev's own, or (no namespaces,
+            # no private world at all) the host's; never the host's when the rest is private.
+            roots = (*roots, Path("/dev/shm"))
         netns = pidns and support.net_namespace and not policy.bash_network
         hide: tuple[Path, ...] = ()
         if pidns:
