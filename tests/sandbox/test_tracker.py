@@ -160,3 +160,15 @@ def test_git_config_and_hooks_checks(tmp_path: Path) -> None:
     (tmp_path / "hooks" / "pre-commit.sample").write_text("")
     (tmp_path / "hooks" / "post-checkout").write_text("")
     assert hooks_problem(tmp_path / "hooks") == ["post-checkout"]
+
+
+def test_a_root_made_after_the_start_is_followed(tmp_path: Path) -> None:
+    tree = ProtectedTree([tmp_path / "later"], effective_protected(), tmp_path / "quarantine")
+    try:
+        tree.prime()  # the root does not exist yet
+        (tmp_path / "later").mkdir()
+        run, _ = tree.begin()
+        (tmp_path / "later" / ".mcp.json").write_text("evil")
+        assert [u.path for u in tree.end(run)] == [str(tmp_path / "later" / ".mcp.json")]
+    finally:
+        tree.close()

@@ -243,6 +243,9 @@ class ProtectedTree:
         changed = self._watcher.changed()
         if OVERFLOW in changed:
             changed = set(self._dirs)
+        for root in self.roots:
+            if root not in self._dirs:  # a root made after omega started (the workspace, on first use)
+                self._visit(root, (), None, force=True)
         for path in sorted(changed | self._unwatched, key=len):  # parents first: they may drop children
             directory = self._dirs.get(path)
             if directory is not None:
