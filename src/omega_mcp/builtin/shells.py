@@ -272,16 +272,18 @@ class ShellRegistry(AsyncContextManagerMixin):
         shell = self._get(shell_id, owner)
         if not shell.running:
             text = shell.buffer.take()
-            return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} had already finished: "))
-        shell.killed = True
-        await _kill_and_wait(shell)
-        text = shell.buffer.take()
-        if shell.running:
-            return text_result(
-                _with_status(text, shell, prefix=f"{shell.shell_id} was signalled but has not exited yet: "),
-                is_error=True,
-            )
-        return text_result(_with_status(text, shell, prefix=f"{shell.shell_id} and its process group were killed: "))
+            result = text_result(_with_status(text, shell, prefix=f"{shell.shell_id} had already finished: "))
+        else:
+            shell.killed = True
+            await _kill_and_wait(shell)
+            text = shell.buffer.take()
+            if shell.running:
+                prefix = f"{shell.shell_id} was signalled but has not exited yet: "
+                return text_result(_with_status(text, shell, prefix=prefix), is_error=True)
+            prefix = f"{shell.shell_id} and its process group were killed: "
+            result = text_result(_with_status(text, shell, prefix=prefix))
+        undone, shell.undone = shell.undone, []  # what its end undid, not reported by bash_output yet
+        return with_note(result, undone)
 
 
 def _new_id(taken: dict[str, _Shell]) -> str:
