@@ -28,6 +28,7 @@ from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped,
 from omega_mcp.errors import ContextOverflowError, MaxTurnsExceededError, ProviderError, ToolError
 from omega_mcp.messages import (
     AssistantMessage,
+    ImagePart,
     Message,
     ModelResponse,
     TextPart,
@@ -303,7 +304,10 @@ def _result_at(messages: list[Message], place: tuple[int, int]) -> ToolResult:
 
 
 def _size(result: ToolResult) -> int:
-    return sum(len(part.text) if isinstance(part, TextPart) else len(part.data) for part in result.content)
+    return sum(
+        len(part.text) if isinstance(part, TextPart) else len(part.data) if isinstance(part, ImagePart) else 0
+        for part in result.content
+    )
 
 
 def _is_stub(result: ToolResult) -> bool:

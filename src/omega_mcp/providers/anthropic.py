@@ -34,6 +34,7 @@ from omega_mcp.messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    ToolReferencePart,
     ToolResult,
     ToolResultsMessage,
     ToolSpec,
@@ -207,7 +208,7 @@ def _assistant_content(message: AssistantMessage, ids: list[str]) -> list[dict[s
 
 def _tool_result(result: ToolResult, tool_use_id: str) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
-    if any(isinstance(part, ImagePart) for part in result.content):
+    if any(isinstance(part, ImagePart | ToolReferencePart) for part in result.content):
         content: list[dict[str, Any]] = []
         for part in result.content:
             match part:
@@ -217,6 +218,8 @@ def _tool_result(result: ToolResult, tool_use_id: str) -> dict[str, Any]:
                 case ImagePart():
                     source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
                     content.append({"type": "image", "source": source})
+                case ToolReferencePart():
+                    content.append({"type": "tool_reference", "tool_name": part.tool_name})
                 case _:
                     assert_never(part)
         block["content"] = content

@@ -1,0 +1,171 @@
+"""The hub in search mode: each session's tools/list, and the `search_tools` / `call_tool` tools.
+
+A view over the one Toolbox, never a second routing table. While search is on (`[hub] tool_search`
+"on", or "auto" over a large catalog) a session's tools/list is the `always_visible` tools, then
+`search_tools` and `call_tool`, then the tools this session found or called, appended in the order
+it met them (earlier entries never move, so a client's cached prefix stays valid). The catalog, its
+size and the search index are refreshed only when the downstream tool set changes. A session is
+its connection (handshake era); a 2026-era stdio stream has one client, so it is the process
+(`None`); a 2026-era HTTP request has no session (`NO_SESSION`): it finds and calls, but nothing
+is remembered for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mcp import types
+
+from omega_mcp.builtin.shells import NO_SESSION
+from omega_mcp.errors import ToolError
+from omega_mcp.toolbox import Toolbox
+from omega_mcp.toolsearch import (
+    CALL_TOOL,
+    SEARCH_TOOLS,
+    ToolFinder,
+    ToolSearchMode,
+    call_tool_definition,
+    definitions_chars,
+    entries_of,
+    found_result,
+    search_arguments,
+    search_is_on,
+    search_tools_definition,
+    visible_names,
+)
+
+__all__ = ["SessionTools"]
+
+_UNSET = object()
+
+
+class SessionTools:
+    """Search mode over `toolbox` for every session of one server."""
+
+    def __init__(
+        self, toolbox: Toolbox, *, mode: ToolSearchMode = "auto", always_visible: Sequence[str] | None = None
+    ) -> None:
+        self.toolbox = toolbox
+        self.mode: ToolSearchMode = mode
+        self.always_visible = always_visible
+        self.finder = ToolFinder()
+        self._version: object = _UNSET
+        self._tools: list[types.Tool] = []
+        self._chars: int | None = None
+        self._active = False
+        self._meta: tuple[types.Tool, types.Tool] | None = None
+        self._by_owner: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+        self._process: list[str] = []
+        self._ever: set[str] = set()
+
+    # -- the catalog -------------------------------------------------------------------------
+
+    async def _catalog(self) -> list[types.Tool]:
+        downstreams = self.toolbox.downstreams
+        if downstreams is not None and downstreams.ready and downstreams.version == self._version:
+            return self._tools
+        tools = await self.toolbox.list_tools()
+        version = downstreams.version if downstreams is not None else 0
+        if version != self._version or self._version is _UNSET:
+            self.finder.update(entries_of(tools, self._server_of))
+            self._tools, self._version, self._chars, self._meta = tools, version, None, None
+            self._active = search_is_on(self.mode, self._size)
+        return tools
+
+    def _server_of(self, name: str) -> str | None:
+        route = self.toolbox.namespace().resolve(name)
+        return route.server_name if route is not None else None
+
+    def _size(self) -> int:
+        if self._chars is None:
+            self._chars = definitions_chars(self._tools)
+        return self._chars
+
+    async def active(self) -> bool:
+        """Whether search is on for the current catalog (`auto` follows its size)."""
+        await self._catalog()
+        return self._active
+
+    def _meta_tools(self) -> tuple[types.Tool, types.Tool]:
+        if self._meta is None:
+            servers = [s for s in dict.fromkeys(e.server_name for e in self.finder.entries.values()) if s]
+            self._meta = (search_tools_definition(servers), call_tool_definition())
+        return self._meta
+
+    # -- one session's list ------------------------------------------------------------------
+
+    def found(self, owner: object) -> list[str]:
+        """The names `owner` found or called, in the order it met them."""
+        if owner is None:
+            return self._process
+        if owner is NO_SESSION:
+            return []
+        try:
+            return self._by_owner.get(owner, [])
+        except TypeError:  # not weakly referable: nothing is remembered for it
+            return []
+
+    def remember(self, owner: object, names: Iterable[str]) -> bool:
+        """Add `names` to `owner`'s list (in order, once each); True when it grew while search is on."""
+        if owner is NO_SESSION or not self._active:
+            return False
+        if owner is None:
+            found = self._process
+        else:
+            try:
+                found = self._by_owner.setdefault(owner, [])
+            except TypeError:
+                return False
+        visible = set(visible_names(names, self.always_visible))
+        grew = False
+        for name in names:
+            if name not in found and name not in visible:
+                found.append(name)
+                self._ever.add(name)
+                grew = True
+        return grew
+
+    async def list_tools(self, owner: object) -> list[types.Tool]:
+        """`owner`'s tools/list: everything while search is off, else the visible, the two, the found."""
+        tools = await self._catalog()
+        if not self._active:
+            return tools
+        by_name = {t.name: t for t in tools}
+        listed = [by_name[name] for name in visible_names(by_name, self.always_visible)]
+        listed.extend(self._meta_tools())
+        listed.extend(by_name[name] for name in self.found(owner) if name in by_name and by_name[name] not in listed)
+        return listed
+
+    def relay_accepts(self, name: str) -> bool:
+        """Whether the stdio relay may take a call of `name` (else it goes the server's way, which
+        adds the tool to its session's list): always while search is off or once the name was met."""
+        return not self._active or name in self._ever
+
+    # -- the two tools -----------------------------------------------------------------------
+
+    def is_search(self, name: str) -> bool:
+        return self._active and name == SEARCH_TOOLS
+
+    def is_call(self, name: str) -> bool:
+        return self._active and name == CALL_TOOL
+
+    async def search(self, arguments: Mapping[str, Any] | None) -> tuple[types.CallToolResult, list[str]]:
+        """Run `search_tools`; the result and the names it returned.
+
+        Raises:
+            InvalidArgumentsError: the arguments are wrong (the message names the field).
+        """
+        query, limit = search_arguments(arguments)
+        await self._catalog()
+        found = self.finder.run(query, limit, self.exported_name)
+        return found_result(found), [e.name for e in found.entries]
+
+    def exported_name(self, name: str) -> str | None:
+        """The exported name of any name a call accepts, or None."""
+        try:
+            route = self.toolbox.resolve(name)
+            return self.toolbox.namespace().name_of(route)
+        except (ToolError, KeyError):
+            return None
