@@ -148,6 +148,7 @@ class ToolFinder:
         self.index = SearchIndex(weights)
         self._entries: dict[str, Entry] = {}
         self._folded: dict[str, str] = {}
+        self._aliases: dict[str, str] = {}
         self._prints: dict[str | None, tuple[tuple[str, str | None, int], ...]] = {}
 
     def update(self, entries: Iterable[Entry]) -> bool:
@@ -169,6 +170,13 @@ class ToolFinder:
         self.index.update(changed, removed)
         self._entries = {e.name: e for members in groups.values() for e in members}
         self._folded = {name.casefold(): name for name in self._entries}
+        # `server.tool` and `server__tool`, for callers without the namespace's own resolver (the agent).
+        self._aliases = {
+            f"{e.server_name}{sep}{_own_name(e)}": e.name
+            for e in self._entries.values()
+            if e.server_name is not None
+            for sep in (".", "__")
+        }
         return True
 
     @property
@@ -192,7 +200,7 @@ class ToolFinder:
                 continue
             exported = name if name in self._entries else (resolve(name) if resolve is not None else None)
             if exported is None or exported not in self._entries:
-                exported = self._folded.get(name.casefold())
+                exported = self._aliases.get(name) or self._folded.get(name.casefold())
             if exported is None or exported not in self._entries:
                 unknown.append(name)
             elif self._entries[exported] not in chosen:
