@@ -278,3 +278,20 @@ def test_hub_allowed_hosts_is_a_strict_list_of_names(tmp_path):
     )
     path = _write(tmp_path, '[hub]\nallowed_hosts = ["omega.internal", "10.0.0.5:8765"]\n')
     assert load_config(path, environ={}).hub.allowed_hosts == ("omega.internal", "10.0.0.5:8765")
+
+
+def test_tool_search_keys_take_their_three_values_and_a_list_of_globs(tmp_path):
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        '[hub]\ntool_search = "on"\nalways_visible = ["read", "mcp__git__*"]\n[agent]\ntool_search = "off"\n'
+    )
+    config = load_config(path, environ={})
+    assert config.hub.tool_search == "on" and config.hub.always_visible == ("read", "mcp__git__*")
+    assert config.agent.tool_search == "off"
+    assert load_config(None, environ={"OMEGA_HOME": str(tmp_path / "none")}).hub.tool_search == "auto"
+    path.write_text('[hub]\ntool_search = "maybe"\nalways_visible = "bash"\n')
+    with pytest.raises(ConfigError) as problem:
+        load_config(path, environ={})
+    text = str(problem.value)
+    assert "hub.tool_search: Input should be 'off', 'on' or 'auto'" in text
+    assert 'hub.always_visible: expected a list of globs, e.g. always_visible = ["bash"]' in text

@@ -48,18 +48,17 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp._sdk import connection_of
 from omega_mcp.builtin.shells import NO_SESSION
-from omega_mcp.errors import DownstreamRefusedError, ToolError, UnknownToolError
+from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.results import error_result, to_wire
+from omega_mcp.results import to_wire
 from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Unreachable, asks_nothing
 from omega_mcp.server.clients import SessionCaller, client_name
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
-from omega_mcp.toolsearch import call_tool_target
 from omega_mcp.version import __version__
 
 __all__ = ["OmegaServer", "build_server"]
@@ -166,53 +165,28 @@ class OmegaServer(Server[Any]):
     async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         self._remember(ctx.session)
         if self.tool_search is not None:
-            owner = self._search_owner(ctx.session, ctx.request)
+            owner = self.tool_search.owner(ctx.session, ctx.request)
             return types.ListToolsResult(tools=await self.tool_search.list_tools(owner))
         return types.ListToolsResult(tools=await self.toolbox.list_tools())
 
     # -- search mode (server/tool_search.py) ------------------------------------------------
 
-    def _search_owner(self, session: ServerSession, http_request: object = None) -> object | None:
-        """Whose found tools a request sees and adds to: as for background shells (`_shell_owner`)."""
-        connection = connection_of(session)
-        if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return NO_SESSION if http_request is not None else None
-        return connection
-
     async def _searched_call(
         self, session: ServerSession, http_request: object, name: str, arguments: Mapping[str, Any] | None
     ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
-        """In search mode: answer `search_tools` (a result), or unwrap `call_tool` into the call it asks for."""
-        search = self.tool_search
-        if search is None or not await search.active():
+        """In search mode: `search_tools` answered here, `call_tool` unwrapped (`SessionTools.intercept`)."""
+        if self.tool_search is None:
             return None, name, arguments
-        if search.is_search(name):
-            try:
-                result, names = await search.search(arguments)
-            except ToolError as exc:
-                return error_result(str(exc)), name, arguments
-            await self._found(search, self._search_owner(session, http_request), names)
-            return result, name, arguments
-        if search.is_call(name):
-            try:
-                name, arguments = call_tool_target(arguments)
-            except ToolError as exc:
-                return error_result(str(exc)), name, arguments
-            if search.is_search(name):
-                return await self._searched_call(session, http_request, name, arguments)
-        return None, name, arguments
+        owner = self.tool_search.owner(session, http_request)
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for)
 
     async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
         """A tool was called by name: in search mode it joins the session's list."""
-        search = self.tool_search
-        if search is not None:
-            exported = search.exported_name(name)
-            if exported is not None:
-                await self._found(search, self._search_owner(session, http_request), [exported])
+        if self.tool_search is not None:
+            await self.tool_search.called(self.tool_search.owner(session, http_request), name, self._tools_changed_for)
 
-    async def _found(self, search: SessionTools, owner: object, names: list[str]) -> None:
-        if not search.remember(owner, names):
-            return
+    async def _tools_changed_for(self, owner: object) -> None:
+        """Tell one session its tool list changed (bounded; a gone client is no failure)."""
         if isinstance(owner, Connection):
             with anyio.move_on_after(_NOTIFY_SECONDS):
                 try:

@@ -13,13 +13,17 @@ is remembered for it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp import types
+from mcp.server.session import ServerSession
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from omega_mcp._sdk import connection_of
 from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import ToolError
+from omega_mcp.results import error_result
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.toolsearch import (
     CALL_TOOL,
@@ -27,6 +31,7 @@ from omega_mcp.toolsearch import (
     ToolFinder,
     ToolSearchMode,
     call_tool_definition,
+    call_tool_target,
     definitions_chars,
     entries_of,
     found_result,
@@ -36,9 +41,11 @@ from omega_mcp.toolsearch import (
     visible_names,
 )
 
-__all__ = ["SessionTools"]
+__all__ = ["Notify", "SessionTools"]
 
 _UNSET = object()
+Notify = Callable[[object], Awaitable[None]]
+"""Tells one session (its owner) that its tool list changed."""
 
 
 class SessionTools:
@@ -96,6 +103,15 @@ class SessionTools:
 
     # -- one session's list ------------------------------------------------------------------
 
+    @staticmethod
+    def owner(session: ServerSession, http_request: object = None) -> object | None:
+        """Whose found tools a request sees and adds to, as for background shells: the connection;
+        the process (None) for a 2026-era stdio stream; NO_SESSION for a 2026-era HTTP request."""
+        connection = connection_of(session)
+        if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return NO_SESSION if http_request is not None else None
+        return connection
+
     def found(self, owner: object) -> list[str]:
         """The names `owner` found or called, in the order it met them."""
         if owner is None:
@@ -145,11 +161,34 @@ class SessionTools:
 
     # -- the two tools -----------------------------------------------------------------------
 
-    def is_search(self, name: str) -> bool:
-        return self._active and name == SEARCH_TOOLS
+    async def intercept(
+        self, owner: object, name: str, arguments: Mapping[str, Any] | None, notify: Notify
+    ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
+        """A call while search may be on: `search_tools` is answered here (a result, its tools joining
+        `owner`'s list, `notify(owner)` when it grew); `call_tool` becomes the call it asks for
+        (name, arguments); anything else passes unchanged (None, name, arguments)."""
+        if not await self.active():
+            return None, name, arguments
+        if name == CALL_TOOL:
+            try:
+                name, arguments = call_tool_target(arguments)
+            except ToolError as exc:
+                return error_result(str(exc)), name, arguments
+        if name == SEARCH_TOOLS:
+            try:
+                result, names = await self.search(arguments)
+            except ToolError as exc:
+                return error_result(str(exc)), name, arguments
+            if self.remember(owner, names):
+                await notify(owner)
+            return result, name, arguments
+        return None, name, arguments
 
-    def is_call(self, name: str) -> bool:
-        return self._active and name == CALL_TOOL
+    async def called(self, owner: object, name: str, notify: Notify) -> None:
+        """A tool was called by `name` (any name a call accepts): it joins `owner`'s list."""
+        exported = self.exported_name(name)
+        if exported is not None and self.remember(owner, [exported]):
+            await notify(owner)
 
     async def search(self, arguments: Mapping[str, Any] | None) -> tuple[types.CallToolResult, list[str]]:
         """Run `search_tools`; the result and the names it returned.
