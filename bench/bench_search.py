@@ -70,6 +70,15 @@ def quality(verbose: bool) -> None:
             f"| {split} | {n} | {recall[1]:.2f} | {recall[5]:.2f} | {recall[10]:.2f} | {mrr:.2f} "
             f"| {empty} empty + {weak} weak of {len(nomatch)} |"
         )
+    for split in ("dev", "held-out"):
+        ranks = _plain_bm25_ranks(split)
+        n = len(ranks)
+        recall = {k: sum(1 for r in ranks if r is not None and r <= k) / n for k in (1, 5, 10)}
+        mrr = sum(1 / r for r in ranks if r is not None) / n
+        rows.append(
+            f"| {split}, plain BM25 baseline | {n} | {recall[1]:.2f} | {recall[5]:.2f} | {recall[10]:.2f} "
+            f"| {mrr:.2f} | - |"
+        )
     print(f"Retrieval (hits below confidence {MIN_CONFIDENCE} left out, below {WEAK_CONFIDENCE} marked weak):")
     print("| queries | n | recall@1 | recall@5 | recall@10 | MRR | no tool fits: answered |")
     print("|---|---|---|---|---|---|---|")
@@ -99,6 +108,39 @@ def quality(verbose: bool) -> None:
         f"tools/list tokens (chars/4): all {len(entries)} tools {_tokens(everything):,}; search mode "
         f"{_tokens(builtins + meta):,} (built-ins {_tokens(builtins):,} + search_tools/call_tool {_tokens(meta):,})"
     )
+
+
+def _plain_bm25_ranks(split: str) -> list[int | None]:
+    """The baseline: plain BM25 (k1 1.2, b 0.75) over the name and description as one text, words split
+    at non-alphanumerics only, no stemming, no synonyms, no fields (what the published runs use)."""
+    import math
+    import re
+    from collections import Counter
+
+    entries = catalog_entries()
+    split_words = re.compile(r"[a-z0-9]+")
+    docs = [Counter(split_words.findall(f"{e.name} {e.tool.description or ''}".lower())) for e in entries]
+    lengths = [sum(d.values()) for d in docs]
+    average = sum(lengths) / len(lengths)
+    df = Counter(word for d in docs for word in d)
+    n = len(docs)
+    ranks: list[int | None] = []
+    for q in queries():
+        if q.split != split or q.kind == "none":
+            continue
+        words = split_words.findall(q.query.lower())
+        scores = []
+        for entry, d, length in zip(entries, docs, lengths, strict=True):
+            score = 0.0
+            for word in words:
+                tf = d.get(word, 0)
+                if tf:
+                    idf = math.log(1 + (n - df[word] + 0.5) / (df[word] + 0.5))
+                    score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
+            scores.append((score, entry.name))
+        ranked = [name for score, name in sorted(scores, key=lambda item: -item[0]) if score > 0][:10]
+        ranks.append(next((i + 1 for i, name in enumerate(ranked) if name in q.expected), None))
+    return ranks
 
 
 def _pct(samples: list[float], q: float) -> float:
