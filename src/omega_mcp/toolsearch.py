@@ -371,18 +371,23 @@ def found_result(found: Found) -> types.CallToolResult:
 # -- when search is on, and what stays visible ------------------------------------------------
 
 
-def definitions_chars(tools: Iterable[types.Tool]) -> int:
-    """Characters of the JSON of the tools' definitions, as a client receives them."""
-    return sum(
-        len(json.dumps(t.model_dump(mode="json", by_alias=True, exclude_none=True), ensure_ascii=False)) for t in tools
-    )
+def definitions_chars(tools: Iterable[types.Tool], *, stop_above: int | None = None) -> int:
+    """Characters of the JSON of the tools' definitions, as a client receives them; with `stop_above`,
+    counting stops once the total exceeds it (auto only needs to know that, and a catalog of
+    thousands of tools would take a second to serialize whole)."""
+    total = 0
+    for tool in tools:
+        total += len(json.dumps(tool.model_dump(mode="json", by_alias=True, exclude_none=True), ensure_ascii=False))
+        if stop_above is not None and total > stop_above:
+            break
+    return total
 
 
-def search_is_on(mode: ToolSearchMode, chars: Callable[[], int]) -> bool:
-    """Whether `mode` means search for a catalog whose definitions take `chars()` characters."""
+def search_is_on(mode: ToolSearchMode, chars: Callable[[int], int]) -> bool:
+    """Whether `mode` means search for a catalog; `chars(stop_above)` counts its definitions' characters."""
     if mode == "off":
         return False
-    return mode == "on" or chars() > AUTO_THRESHOLD_CHARS
+    return mode == "on" or chars(AUTO_THRESHOLD_CHARS) > AUTO_THRESHOLD_CHARS
 
 
 def visible_names(names: Iterable[str], always_visible: Sequence[str] | None) -> list[str]:

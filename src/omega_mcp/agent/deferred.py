@@ -87,7 +87,9 @@ class DeferredTools:
     def active(tools: Sequence[types.Tool], catalog: ToolCatalog, settings: AgentToolSearch) -> bool:
         """Whether search is on for the tools this run offers."""
         offered = [t for t in tools if catalog.wire_name(t.name) is not None]
-        return bool(offered) and search_is_on(settings.mode, lambda: definitions_chars(offered))
+        return bool(offered) and search_is_on(
+            settings.mode, lambda stop_above: definitions_chars(offered, stop_above=stop_above)
+        )
 
     def _rebuild(self) -> None:
         visible = {s.name for s in self._visible}

@@ -20,9 +20,11 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import operator
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 
 from omega_mcp.search.text import expansions, split_identifier, stem, terms
 
@@ -41,8 +43,8 @@ _PARAM_TEXT_CHARS = 300
 _BITS = 8  # per-field counts packed in one 64-bit integer, each capped at _MASK
 _MASK = (1 << _BITS) - 1
 _STRONG_BITS = (1 << (_BITS * (_SUMMARY + 1))) - 1  # name, server, title, first sentence
-_COMMON_SYNONYM = 0.10
-_COMMON_WORD = 0.15
+_COMMON_SYNONYM = 0.03
+_COMMON_WORD = 0.08
 _COMMON_FLOOR = 300
 _SHORTLIST = 200
 
@@ -187,6 +189,9 @@ class SearchIndex:
         self.weights = weights or Weights()
         self._segments: dict[str | None, _Segment] = {}
         self._by_term: dict[str, list[_Segment]] = {}
+        self._dfs: dict[str, int] = {}
+        """term -> how many documents have it (kept in step with the segments)."""
+        self._by_server_word: dict[str, list[_Segment]] = {}
         self._averages: tuple[float, ...] = (1.0,) * len(FIELDS)
         self._count = 0
         self._bases: list[int] = []
@@ -213,8 +218,12 @@ class SearchIndex:
                 self._unlink(old)
             segment = _segment(server, documents)
             self._segments[server] = segment
-            for word in segment.counts:
+            dfs = self._dfs
+            for word, (ids, _) in segment.counts.items():
                 self._by_term.setdefault(word, []).append(segment)
+                dfs[word] = dfs.get(word, 0) + len(ids)
+            for word in segment.server_terms:
+                self._by_server_word.setdefault(word, []).append(segment)
             touched.append(segment)
         self._layout(touched)
 
@@ -227,11 +236,14 @@ class SearchIndex:
         self.update({}, [server])
 
     def _unlink(self, segment: _Segment) -> None:
-        for word in segment.counts:
+        for word, (ids, _) in segment.counts.items():
             holders = self._by_term[word]
             holders.remove(segment)
+            self._dfs[word] -= len(ids)
             if not holders:
-                del self._by_term[word]
+                del self._by_term[word], self._dfs[word]
+        for word in segment.server_terms:
+            self._by_server_word[word].remove(segment)
 
     def _layout(self, touched: list[_Segment]) -> None:
         """Number the documents, recompute the averages; weigh what changed (everything on drift)."""
@@ -290,19 +302,17 @@ class SearchIndex:
             return []
         w = self.weights
         n = self._count
+        dfs = self._dfs
         weights: dict[str, float] = {}
         for word in primary:
             weights[word] = weights.get(word, 0.0) + 1.0
-        dfs = {word: self._df(word) for word in weights}
         for word in expansions(primary):
-            df = self._df(word)
-            if 0 < df <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
+            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
                 weights[word] = max(weights.get(word, 0.0), w.synonym)
-                dfs[word] = df
-        idfs = {word: _idf(n, df) for word, df in dfs.items()}
+        idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
         common = max(_COMMON_WORD * n, _COMMON_FLOOR)
-        walked = [word for word in weights if dfs[word] and dfs[word] <= common]
-        later = [word for word in weights if dfs[word] > common]
+        walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
+        later = [word for word in weights if dfs.get(word, 0) > common]
         if not walked:
             walked, later = later, []
         scores = [0.0] * n
@@ -310,17 +320,19 @@ class SearchIndex:
             factor = weights[word] * idfs[word]
             for segment in self._by_term[word]:
                 base = segment.base
-                ids = segment.counts[word][0]
-                for local, impact in zip(ids, segment.impacts[word], strict=True):
+                for local, impact in zip(segment.counts[word][0], segment.impacts[word], strict=True):
                     scores[base + local] += factor * impact
-        touched = [number for number, score in enumerate(scores) if score]
+        touched = list(compress(range(n), scores))
         if not touched:
             return []
-        self._boost(scores, weights, primary)
+        extra = self._server_extra(scores, frozenset(primary))
+        hits = self._name_hits(scores, walked)
         if later:
             # Re-rank the best candidates with the common words (looked up, not walked).
-            shortlist = heapq.nlargest(max(_SHORTLIST, 4 * limit), touched, key=lambda number: scores[number])
-            for number in shortlist:
+            provisional = [scores[number] * (1.0 + extra.get(number, 0.0)) for number in touched]
+            order = heapq.nlargest(max(_SHORTLIST, 4 * limit), range(len(touched)), key=provisional.__getitem__)
+            touched = [touched[i] for i in order]
+            for number in touched:
                 segment, local = self._locate(number)
                 for word in later:
                     posting = segment.counts.get(word)
@@ -329,41 +341,49 @@ class SearchIndex:
                         at = bisect.bisect_left(ids, local)
                         if at < len(ids) and ids[at] == local:
                             scores[number] += weights[word] * idfs[word] * segment.impacts[word][at]
-            touched = shortlist
-        best = heapq.nlargest(limit, touched, key=lambda number: (scores[number], -number))
-        unseen = _idf(n, 0) * w.unseen
-        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
-        return [self._hit(number, scores[number], weights, idfs, total) for number in best]
-
-    def _df(self, word: str) -> int:
-        holders = self._by_term.get(word)
-        return sum(len(segment.counts[word][0]) for segment in holders) if holders else 0
-
-    def _boost(self, scores: list[float], weights: dict[str, float], primary: list[str]) -> None:
-        """Multiply in the hierarchy (the query names the server) and the name's words in the query."""
-        w = self.weights
-        extra: dict[int, float] = {}
-        named = frozenset(primary)
-        for segment in self._ordered:
-            if segment.server_terms and segment.server_terms <= named:  # every word of the key: `google maps`
-                for number in range(segment.base, segment.base + len(segment.documents)):
-                    if scores[number]:
-                        extra[number] = w.server_boost
-        name_hits: dict[int, int] = {}
-        for word in weights:
-            for segment in self._by_term.get(word, ()):
-                found = segment.names.get(word)
-                if found is not None:
-                    for local in found:
-                        number = segment.base + local
-                        if scores[number]:
-                            name_hits[number] = name_hits.get(number, 0) + 1
-        for number, hits in name_hits.items():
+                    names = segment.names.get(word)
+                    if names is not None:
+                        at = bisect.bisect_left(names, local)
+                        if at < len(names) and names[at] == local:
+                            hits[number] = hits.get(number, 0) + 1
+        for number, count in hits.items():
             segment, local = self._locate(number)
-            covered = hits / segment.name_sizes[local]
+            covered = count / segment.name_sizes[local]
             extra[number] = extra.get(number, 0.0) + w.name_bonus * covered * covered
         for number, more in extra.items():
             scores[number] *= 1.0 + more
+        best = heapq.nlargest(limit, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        unseen = _idf(n, 0) * w.unseen
+        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
+        return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
+
+    def _server_extra(self, scores: list[float], named: frozenset[str]) -> dict[int, float]:
+        """The hierarchy: the tools of a server whose key's words are all in the query (`google maps`)."""
+        extra: dict[int, float] = {}
+        seen: set[int] = set()
+        for word in named:
+            for segment in self._by_server_word.get(word, ()):
+                if id(segment) in seen or not segment.server_terms <= named:
+                    continue
+                seen.add(id(segment))
+                for number in range(segment.base, segment.base + len(segment.documents)):
+                    if scores[number]:
+                        extra[number] = self.weights.server_boost
+        return extra
+
+    def _name_hits(self, scores: list[float], words: list[str]) -> dict[int, int]:
+        """How many of `words` each scored tool has in its name."""
+        hits: dict[int, int] = {}
+        for word in words:
+            for segment in self._by_term.get(word, ()):
+                found = segment.names.get(word)
+                if found is not None:
+                    base = segment.base
+                    for local in found:
+                        number = base + local
+                        if scores[number]:
+                            hits[number] = hits.get(number, 0) + 1
+        return hits
 
     def _locate(self, number: int) -> tuple[_Segment, int]:
         segment = self._ordered[bisect.bisect_right(self._bases, number) - 1]

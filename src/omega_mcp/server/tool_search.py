@@ -85,9 +85,9 @@ class SessionTools:
         route = self.toolbox.namespace().resolve(name)
         return route.server_name if route is not None else None
 
-    def _size(self) -> int:
+    def _size(self, stop_above: int) -> int:
         if self._chars is None:
-            self._chars = definitions_chars(self._tools)
+            self._chars = definitions_chars(self._tools, stop_above=stop_above)
         return self._chars
 
     async def active(self) -> bool:
