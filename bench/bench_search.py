@@ -22,9 +22,11 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from omega_mcp.config import Config
 from omega_mcp.toolsearch import (
     MIN_CONFIDENCE,
     WEAK_CONFIDENCE,
@@ -33,7 +35,7 @@ from omega_mcp.toolsearch import (
     call_tool_definition,
     search_tools_definition,
 )
-from search_support import Query, catalog_entries, queries
+from search_support import Query, catalog_entries, catalog_servers, queries
 
 
 def _tokens(tools: list[object]) -> int:
@@ -202,6 +204,74 @@ def speed() -> None:
     )
 
 
+class _FakeDownstreams:
+    """The `toolbox.DownstreamTools` a Toolbox needs, over fixed tools (no process, no MCP session)."""
+
+    def __init__(self, tools: list[tuple[str, Any]]) -> None:
+        self.version = 1
+        self.ready = True
+        self._tools = tools
+
+    def tools(self) -> list[tuple[str, Any]]:
+        return self._tools
+
+    def replace(self, tools: list[tuple[str, Any]]) -> None:
+        self._tools = tools
+        self.version += 1
+
+    def get_tool(self, server_name: str, tool_name: str) -> Any:
+        return None
+
+    def unavailable(self, name: str) -> str | None:
+        return None
+
+    async def wait_ready(self, until: Any = None) -> None:
+        return None
+
+    async def call_tool(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def hub_refresh() -> None:
+    """The hub's whole path after a list_changed at 10,000 tools: the Toolbox's namespace rebuilt, the
+    search index following (one server re-indexed), the auto check, one session's tools/list."""
+    import tempfile
+
+    import anyio
+
+    from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.server.tool_search import SessionTools
+    from omega_mcp.toolbox import Toolbox
+
+    servers = catalog_servers(22)
+    fake = _FakeDownstreams([(key, tool) for key, tools in servers for tool in tools])
+
+    async def run() -> tuple[float, float]:
+        with tempfile.TemporaryDirectory() as home:
+            policy = SandboxPolicy.from_config(Config(home=Path(home)))
+            async with Toolbox(policy, fake) as toolbox:  # type: ignore[arg-type]
+                search = SessionTools(toolbox, mode="auto")
+                t0 = time.perf_counter()
+                await search.list_tools(None)
+                first = time.perf_counter() - t0
+                changed = [
+                    (key, [*tools, tools[0].model_copy(update={"name": "extra"})])
+                    if key == "github-7"
+                    else (key, tools)
+                    for key, tools in servers
+                ]
+                fake.replace([(key, tool) for key, tools in changed for tool in tools])
+                t0 = time.perf_counter()
+                await search.list_tools(None)
+                return first, time.perf_counter() - t0
+
+    first, again = anyio.run(run)
+    print(
+        f"Hub at {len(fake.tools()):,} downstream tools: first tools/list in search mode {first:.2f} s; after one "
+        f"server's tools changed {again * 1000:.0f} ms (the Toolbox's namespace rebuilt, re-index, auto check, listing)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quality", action="store_true")
@@ -213,6 +283,7 @@ def main() -> None:
         quality(options.verbose)
     if options.speed or both:
         speed()
+        hub_refresh()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -148,7 +149,7 @@ class ToolFinder:
         self.index = SearchIndex(weights)
         self._entries: dict[str, Entry] = {}
         self._folded: dict[str, str] = {}
-        self._aliases: dict[str, str] = {}
+        self._aliases: dict[str, str] | None = None
         self._prints: dict[str | None, tuple[tuple[str, str | None, int], ...]] = {}
 
     def update(self, entries: Iterable[Entry]) -> bool:
@@ -169,15 +170,20 @@ class ToolFinder:
             return False
         self.index.update(changed, removed)
         self._entries = {e.name: e for members in groups.values() for e in members}
-        self._folded = {name.casefold(): name for name in self._entries}
-        # `server.tool` and `server__tool`, for callers without the namespace's own resolver (the agent).
-        self._aliases = {
-            f"{e.server_name}{sep}{_own_name(e)}": e.name
-            for e in self._entries.values()
-            if e.server_name is not None
-            for sep in (".", "__")
-        }
+        self._folded = {}  # built when a `select:` needs it
+        self._aliases = None  # built when a `select:` needs one
         return True
+
+    def _alias_map(self) -> dict[str, str]:
+        """`server.tool` and `server__tool`, for callers without the namespace's own resolver (the agent)."""
+        if self._aliases is None:
+            self._aliases = {
+                f"{e.server_name}{sep}{_own_name(e)}": e.name
+                for e in self._entries.values()
+                if e.server_name is not None
+                for sep in (".", "__")
+            }
+        return self._aliases
 
     @property
     def entries(self) -> Mapping[str, Entry]:
@@ -200,7 +206,9 @@ class ToolFinder:
                 continue
             exported = name if name in self._entries else (resolve(name) if resolve is not None else None)
             if exported is None or exported not in self._entries:
-                exported = self._aliases.get(name) or self._folded.get(name.casefold())
+                if not self._folded:
+                    self._folded = {key.casefold(): key for key in self._entries}
+                exported = self._alias_map().get(name) or self._folded.get(name.casefold())
             if exported is None or exported not in self._entries:
                 unknown.append(name)
             elif self._entries[exported] not in chosen:
@@ -393,4 +401,7 @@ def search_is_on(mode: ToolSearchMode, chars: Callable[[int], int]) -> bool:
 def visible_names(names: Iterable[str], always_visible: Sequence[str] | None) -> list[str]:
     """The names matched by the `always_visible` globs (None: the built-ins), in catalog order."""
     globs = DEFAULT_ALWAYS_VISIBLE if always_visible is None else tuple(always_visible)
-    return [name for name in names if any(fnmatch.fnmatchcase(name, glob) for glob in globs)]
+    if not globs:
+        return []
+    match = re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in globs)).match
+    return [name for name in names if match(name)]

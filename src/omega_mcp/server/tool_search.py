@@ -21,19 +21,21 @@ from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp._sdk import connection_of
+from omega_mcp.builtin.schemas import BUILTIN_TOOLS
 from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import ToolError
+from omega_mcp.names import Route
 from omega_mcp.results import error_result
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.toolsearch import (
     CALL_TOOL,
     SEARCH_TOOLS,
+    Entry,
     ToolFinder,
     ToolSearchMode,
     call_tool_definition,
     call_tool_target,
     definitions_chars,
-    entries_of,
     found_result,
     search_arguments,
     search_is_on,
@@ -59,7 +61,9 @@ class SessionTools:
         self.always_visible = always_visible
         self.finder = ToolFinder()
         self._version: object = _UNSET
-        self._tools: list[types.Tool] = []
+        self._entries: list[Entry] = []
+        self._copies: dict[str, types.Tool] = {}
+        self._visible: list[str] | None = None
         self._chars: int | None = None
         self._active = False
         self._meta: tuple[types.Tool, types.Tool] | None = None
@@ -69,26 +73,41 @@ class SessionTools:
 
     # -- the catalog -------------------------------------------------------------------------
 
-    async def _catalog(self) -> list[types.Tool]:
+    async def _catalog(self) -> None:
+        """Follow the namespace. The index is fed the servers' own tool objects under their exported
+        names (no copy of a 10,000-tool catalog per change); only what a session lists is copied."""
         downstreams = self.toolbox.downstreams
-        if downstreams is not None and downstreams.ready and downstreams.version == self._version:
-            return self._tools
-        tools = await self.toolbox.list_tools()
+        if downstreams is not None and not downstreams.ready:
+            await self.toolbox.list_tools()  # the Toolbox's own bounded wait for servers still starting
         version = downstreams.version if downstreams is not None else 0
-        if version != self._version or self._version is _UNSET:
-            self.finder.update(entries_of(tools, self._server_of))
-            self._tools, self._version, self._chars, self._meta = tools, version, None, None
-            self._active = search_is_on(self.mode, self._size)
-        return tools
-
-    def _server_of(self, name: str) -> str | None:
-        route = self.toolbox.namespace().resolve(name)
-        return route.server_name if route is not None else None
+        if version == self._version:
+            return
+        namespace = self.toolbox.namespace()
+        entries = [Entry(tool.name, None, tool) for tool, _ in BUILTIN_TOOLS]
+        seen: set[str] = set()
+        for server_name, tool in downstreams.tools() if downstreams is not None else ():
+            name = namespace.name_of(Route(server_name, tool.name))
+            if name not in seen:  # a server listing one tool twice: the first, as the Toolbox does
+                seen.add(name)
+                entries.append(Entry(name, server_name, tool))
+        self.finder.update(entries)
+        self._entries, self._version, self._chars, self._meta, self._copies = entries, version, None, None, {}
+        self._visible = None
+        self._active = search_is_on(self.mode, self._size)
 
     def _size(self, stop_above: int) -> int:
         if self._chars is None:
-            self._chars = definitions_chars(self._tools, stop_above=stop_above)
+            self._chars = definitions_chars((self._listed(e) for e in self._entries), stop_above=stop_above)
         return self._chars
+
+    def _listed(self, entry: Entry) -> types.Tool:
+        """The tool as tools/list shows it: under its exported name (copied once per catalog version)."""
+        if entry.tool.name == entry.name:
+            return entry.tool
+        copy = self._copies.get(entry.name)
+        if copy is None:
+            copy = self._copies[entry.name] = entry.tool.model_copy(update={"name": entry.name})
+        return copy
 
     async def active(self) -> bool:
         """Whether search is on for the current catalog (`auto` follows its size)."""
@@ -145,13 +164,19 @@ class SessionTools:
 
     async def list_tools(self, owner: object) -> list[types.Tool]:
         """`owner`'s tools/list: everything while search is off, else the visible, the two, the found."""
-        tools = await self._catalog()
+        await self._catalog()
         if not self._active:
-            return tools
-        by_name = {t.name: t for t in tools}
-        listed = [by_name[name] for name in visible_names(by_name, self.always_visible)]
+            return await self.toolbox.list_tools()
+        entries = self.finder.entries
+        if self._visible is None:
+            self._visible = visible_names([e.name for e in self._entries], self.always_visible)
+        visible = self._visible
+        listed = [self._listed(entries[name]) for name in visible]
         listed.extend(self._meta_tools())
-        listed.extend(by_name[name] for name in self.found(owner) if name in by_name and by_name[name] not in listed)
+        shown = set(visible)
+        listed.extend(
+            self._listed(entries[name]) for name in self.found(owner) if name in entries and name not in shown
+        )
         return listed
 
     def relay_accepts(self, name: str) -> bool:
