@@ -21,6 +21,7 @@ import bisect
 import heapq
 import math
 import operator
+import re
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,13 +99,16 @@ class Hit:
     confidence: float
 
 
+_SENTENCE_END = re.compile(r"\n|[.!?](?=\s|$)")
+
+
 def _first_sentence(text: str) -> tuple[str, str]:
+    """The first sentence (or line) of at least 13 characters, and the rest."""
     text = text.strip()
-    for index, ch in enumerate(text):
-        if ch == "\n" or (ch in ".!?" and (index + 1 == len(text) or text[index + 1].isspace())):
-            if index >= 12:
-                return text[: index + 1], text[index + 1 :]
-    return text, ""
+    found = _SENTENCE_END.search(text, 12)
+    if found is None:
+        return text, ""
+    return text[: found.start() + 1], text[found.start() + 1 :]
 
 
 def _hint_words(document: ToolDocument) -> list[str]:
