@@ -124,46 +124,49 @@ def _rpc(proc: subprocess.Popen[bytes], message: dict[str, object], deadline: fl
 
 def _harvest(source: Source, command: list[str], timeout: float) -> dict[str, object]:
     env = {**os.environ, **source.env, "NO_COLOR": "1"}
-    with tempfile.TemporaryDirectory() as cwd:
-        proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd
-        )
-        try:
-            deadline = time.monotonic() + timeout
-            init = _rpc(
-                proc,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": _PROTOCOL,
-                        "capabilities": {},
-                        "clientInfo": {"name": "omega-harvest", "version": "1"},
-                    },
+    # A fixed working directory: some servers name theirs in a description, and the fixture must not
+    # carry a random temporary path.
+    cwd = Path(tempfile.gettempdir()) / "omega-harvest-cwd" / source.key
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        init = _rpc(
+            proc,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": _PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": {"name": "omega-harvest", "version": "1"},
                 },
-                deadline,
-            )
-            if init is None or "result" not in init:
-                raise RuntimeError(f"initialize failed: {init}")
-            _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, deadline)
-            tools: list[object] = []
-            cursor: object = None
-            for page in range(2, 200):
-                params = {} if cursor is None else {"cursor": cursor}
-                listed = _rpc(proc, {"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params}, deadline)
-                result = listed.get("result") if listed else None
-                if not isinstance(result, dict):
-                    raise RuntimeError(f"tools/list failed: {listed}")
-                tools.extend(result.get("tools", []))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-                cursor = result.get("nextCursor")  # pyright: ignore[reportUnknownMemberType]
-                if not cursor:
-                    break
-            info = init["result"].get("serverInfo") if isinstance(init["result"], dict) else None  # pyright: ignore[reportUnknownMemberType]
-            return {"key": source.key, "package": source.package, "server_info": info, "tools": tools}
-        finally:
-            proc.kill()
-            proc.wait(timeout=10)
+            },
+            deadline,
+        )
+        if init is None or "result" not in init:
+            raise RuntimeError(f"initialize failed: {init}")
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, deadline)
+        tools: list[object] = []
+        cursor: object = None
+        for page in range(2, 200):
+            params = {} if cursor is None else {"cursor": cursor}
+            listed = _rpc(proc, {"jsonrpc": "2.0", "id": page, "method": "tools/list", "params": params}, deadline)
+            result = listed.get("result") if listed else None
+            if not isinstance(result, dict):
+                raise RuntimeError(f"tools/list failed: {listed}")
+            tools.extend(result.get("tools", []))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            cursor = result.get("nextCursor")  # pyright: ignore[reportUnknownMemberType]
+            if not cursor:
+                break
+        info = init["result"].get("serverInfo") if isinstance(init["result"], dict) else None  # pyright: ignore[reportUnknownMemberType]
+        return {"key": source.key, "package": source.package, "server_info": info, "tools": tools}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 _VENV_LOCK = threading.Lock()
