@@ -281,17 +281,19 @@ class SearchIndex:
         caches: list[dict[int, float]] = [{} for _ in segment.lengths]
         fields = range(len(FIELDS))
         impacts: dict[str, array[float]] = {}
+        saturated = k1 + 1.0
         for word, (ids, packed) in segment.counts.items():
-            values = array("d")
+            values: list[float] = []
+            append = values.append  # bound once: this loop runs once per posting
             for local, value in zip(ids, packed, strict=True):
                 cache = caches[local]
                 found = cache.get(value)
                 if found is None:
                     scale = scales[local]
                     tf = sum(scale[f] * ((value >> (_BITS * f)) & _MASK) for f in fields)
-                    found = cache[value] = tf * (k1 + 1.0) / (k1 + tf)
-                values.append(found)
-            impacts[word] = values
+                    found = cache[value] = tf * saturated / (k1 + tf)
+                append(found)
+            impacts[word] = array("d", values)
         segment.impacts = impacts
 
     def search(self, query: str, limit: int = 5) -> list[Hit]:
