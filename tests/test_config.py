@@ -308,3 +308,20 @@ def test_bad_protected_names_and_lifetimes_are_config_errors(tmp_path, line, wan
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
     assert wanted in str(caught.value), str(caught.value)
+
+
+def test_tool_search_keys_take_their_three_values_and_a_list_of_globs(tmp_path):
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        '[hub]\ntool_search = "on"\nalways_visible = ["read", "mcp__git__*"]\n[agent]\ntool_search = "off"\n'
+    )
+    config = load_config(path, environ={})
+    assert config.hub.tool_search == "on" and config.hub.always_visible == ("read", "mcp__git__*")
+    assert config.agent.tool_search == "off"
+    assert load_config(None, environ={"OMEGA_HOME": str(tmp_path / "none")}).hub.tool_search == "auto"
+    path.write_text('[hub]\ntool_search = "maybe"\nalways_visible = "bash"\n')
+    with pytest.raises(ConfigError) as problem:
+        load_config(path, environ={})
+    text = str(problem.value)
+    assert "hub.tool_search: Input should be 'off', 'on' or 'auto'" in text
+    assert 'hub.always_visible: expected a list of globs, e.g. always_visible = ["bash"]' in text

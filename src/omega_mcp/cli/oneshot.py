@@ -24,7 +24,7 @@ from omega_mcp.proxy.spawn import EarlyStarts
 if TYPE_CHECKING:
     from omega_mcp.proxy.supervisor import ServerStatus
 
-__all__ = ["run_call", "run_tools"]
+__all__ = ["run_call", "run_search", "run_tools"]
 
 
 def _tool_json(tool: Any) -> dict[str, Any]:
@@ -146,3 +146,47 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
             "`omega-mcp call` exits after one call; use `omega-mcp serve` (an MCP client) for background work"
         )
     return EXIT_FAILURE if result.is_error else EXIT_OK
+
+
+async def run_search(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
+    """Rank the namespace for QUERY as `search_tools` does; print `name  description` lines, or the
+    `structuredContent` with --json. A query nothing matches prints a hint on stderr and exits 0."""
+    from omega_mcp.toolsearch import MAX_LIMIT, ToolFinder, entries_of, found_result
+
+    if args.limit < 1:
+        raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    async with open_toolbox(config, args, early) as (toolbox, downstreams):
+        tools = await toolbox.list_tools()
+        namespace = toolbox.namespace()
+
+        def server_of(name: str) -> str | None:
+            route = namespace.resolve(name)
+            return route.server_name if route is not None else None
+
+        def exported(name: str) -> str | None:
+            route = namespace.resolve(name)
+            return namespace.name_of(route) if route is not None else None
+
+        finder = ToolFinder()
+        finder.update(entries_of(tools, server_of))
+        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported)
+        failed = [s.server_name for s in downstreams.statuses() if _state(s) == "failed"]
+    if failed:
+        say(f"omega-mcp: note: not searched (did not connect): {', '.join(failed)}")
+    if args.json:
+        out.write(json.dumps(found_result(found).structured_content, indent=2) + "\n")
+    else:
+        width = max((len(e.name) for e in found.entries), default=0)
+        for entry in found.entries:
+            summary = " ".join((entry.tool.description or "").split())[:160]
+            out.write(f"{entry.name:<{width}}  {summary}".rstrip() + "\n")
+    # What search_tools' text says besides the tools (a hint, a weak match, unknown names) goes to stderr.
+    listed = {e.name for e in found.entries}
+    for line in _text_of(found_result(found)).splitlines():
+        if line.split(":", 1)[0] not in listed:
+            say(f"omega-mcp: {line}")
+    return EXIT_OK
+
+
+def _text_of(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)

@@ -53,7 +53,7 @@ def needs_servers(args: argparse.Namespace) -> bool:
         return str(args.tool).casefold() not in BUILTIN_TOOL_NAMES
     if args.command == "agent":
         return not args.no_tools and not args.sessions  # `--sessions` only lists the saved sessions
-    return args.command in ("serve", "tools")
+    return args.command in ("serve", "tools", "search")
 
 
 def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace) -> None:

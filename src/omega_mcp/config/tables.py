@@ -45,6 +45,8 @@ __all__ = [
 SandboxMode = Literal["sandbox", "rx", "rwx"]
 ServerConfinement = Literal["none", "confined"]
 ProviderName = Literal["openai", "anthropic", "ollama", "openrouter", "gemini"]
+ToolSearchMode = Literal["off", "on", "auto"]
+"""`[hub]`/`[agent] tool_search`: list every tool, or only a few plus `search_tools` (`toolsearch.py`)."""
 OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
@@ -68,6 +70,7 @@ _LISTS = {
     "scopes": ("scopes", ["read", "write"]),
     "allow": ("server names", ["server-a"]),
     "allowed_hosts": ("host names", ["omega.internal:8765"]),
+    "always_visible": ("globs", ["bash", "read", "mcp__github__*"]),
 }
 
 
@@ -332,6 +335,8 @@ class AgentConfig(_Strict):
     """Classify each request on `model_fast` first, then run on the fast or the complex model."""
     system_append: str | None = None
     """Text added to the end of the default system prompt."""
+    tool_search: ToolSearchMode = "auto"
+    """Start the model with the always-visible tools and `search_tools`; found tools join later requests."""
 
 
 class SamplingConfig(_Strict):
@@ -363,8 +368,14 @@ class HubConfig(_Strict):
 
     max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
     """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
+    tool_search: ToolSearchMode = "auto"
+    """List every tool ("off"), or the always-visible ones plus `search_tools`/`call_tool` ("on"; "auto":
+    when the tools' definitions exceed 40,000 characters)."""
+    always_visible: tuple[str, ...] | None = None
+    """Globs of the tools listed even in search mode; None: the built-ins."""
 
     _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
+    _visible_list = field_validator("always_visible", mode="before")(_need_list)
 
 
 class Config(_Strict):

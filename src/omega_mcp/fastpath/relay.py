@@ -22,6 +22,7 @@ import itertools
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,9 @@ class Relay:
         task_group: anyio.abc.TaskGroup,
         *,
         server_info: dict[str, Any] | None = None,
+        accept: Callable[[str], bool] | None = None,
     ) -> None:
+        self._accept = accept  # a name it declines goes the SDK way (search mode: not yet listed)
         self._server_info = json.dumps(server_info or {})  # stamped into each 2026-era answer, copied fresh
         self._toolbox = toolbox
         self._downstreams = downstreams
@@ -132,6 +135,8 @@ class Relay:
         name, raw_arguments = params.get("name"), params.get("arguments")
         arguments = object_or_none(raw_arguments)
         if not isinstance(name, str) or (raw_arguments is not None and arguments is None):
+            return False
+        if self._accept is not None and not self._accept(name):
             return False
         route = self._toolbox.namespace().resolve(name)
         target = self._downstreams.connected(route.server_name) if route and route.server_name else None

@@ -52,10 +52,12 @@ from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
+from omega_mcp.results import to_wire
 from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Unreachable, asks_nothing
 from omega_mcp.server.clients import SessionCaller, client_name
 from omega_mcp.server.logs import LogForwarder
+from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
 
@@ -92,10 +94,17 @@ class OmegaServer(Server[Any]):
     """The SDK server plus the live sessions to tell when a list changes."""
 
     def __init__(
-        self, toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+        self,
+        toolbox: Toolbox,
+        *,
+        catalog: Downstreams | None = None,
+        instructions: str | None = None,
+        tool_search: SessionTools | None = None,
     ) -> None:
         self.toolbox = toolbox
         self.catalog = catalog
+        self.tool_search = tool_search
+        """Search mode (`[hub] tool_search`), or None when it is off."""
         # Connections (not sessions: a ServerSession lives for one request) that listed or called.
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()
@@ -155,20 +164,59 @@ class OmegaServer(Server[Any]):
 
     async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         self._remember(ctx.session)
+        if self.tool_search is not None:
+            owner = self.tool_search.owner(ctx.session, ctx.request)
+            return types.ListToolsResult(tools=await self.tool_search.list_tools(owner))
         return types.ListToolsResult(tools=await self.toolbox.list_tools())
+
+    # -- search mode (server/tool_search.py) ------------------------------------------------
+
+    async def _searched_call(
+        self, session: ServerSession, http_request: object, name: str, arguments: Mapping[str, Any] | None
+    ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
+        """In search mode: `search_tools` answered here, `call_tool` unwrapped (`SessionTools.intercept`)."""
+        if self.tool_search is None:
+            return None, name, arguments
+        owner = self.tool_search.owner(session, http_request)
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for)
+
+    async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
+        """A tool was called by name: in search mode it joins the session's list."""
+        if self.tool_search is not None:
+            await self.tool_search.called(self.tool_search.owner(session, http_request), name, self._tools_changed_for)
+
+    async def _tools_changed_for(self, owner: object) -> None:
+        """Tell one session its tool list changed (bounded; a gone client is no failure)."""
+        if isinstance(owner, Connection):
+            with anyio.move_on_after(_NOTIFY_SECONDS):
+                try:
+                    await owner.send_tool_list_changed()
+                except Exception as exc:  # boundary: a gone client must not fail its own call
+                    logger.debug("tools/list_changed not delivered: %s", exc)
+        elif owner is None:  # a 2026-era stdio client listens through subscriptions/listen
+            await self._bus.publish(ToolsListChanged())
+
+    def relay_accepts(self, name: str) -> bool:
+        """Whether the stdio relay may take a call of `name` (in search mode: once it was listed)."""
+        return self.tool_search is None or self.tool_search.relay_accepts(name)
 
     async def _on_call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx.session)
         session: ServerSession = ctx.session
+        answered, name, arguments = await self._searched_call(session, ctx.request, params.name, params.arguments)
+        if answered is not None:
+            return answered
         approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
 
         async def run(progress: ProgressFnT) -> types.CallToolResult:
             # report_progress is a no-op unless the client asked for progress (in either era).
-            return await self.toolbox.call_tool(
-                params.name, params.arguments, progress=progress, meta=ctx.meta, approve=approve, owner=owner
+            result = await self.toolbox.call_tool(
+                name, arguments, progress=progress, meta=ctx.meta, approve=approve, owner=owner
             )
+            await self._called(session, ctx.request, name)
+            return result
 
         try:
             if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -217,11 +265,18 @@ class OmegaServer(Server[Any]):
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
         token = CALLER.set(SessionCaller(ctx.session, ctx.request_id))
         try:
+            if self.tool_search is not None:
+                answered, name, arguments = await self._searched_call(ctx.session, None, name, arguments)
+                if answered is not None:
+                    return to_wire(answered)
             approve = elicitation_approver(ctx.session, ctx.request_id)
             owner = self._shell_owner(ctx.session)
-            return await self.toolbox.call_tool_wire(
+            result = await self.toolbox.call_tool_wire(
                 name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
             )
+            if self.tool_search is not None:
+                await self._called(ctx.session, None, name)
+            return result
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
@@ -374,11 +429,21 @@ class OmegaServer(Server[Any]):
 
 
 def build_server(
-    toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+    toolbox: Toolbox,
+    *,
+    catalog: Downstreams | None = None,
+    instructions: str | None = None,
+    tool_search: SessionTools | None = None,
 ) -> OmegaServer:
     """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
     Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
-    empty: a hub always answers prompts/list, resources/list and completion.
+    empty: a hub always answers prompts/list, resources/list and completion. `tool_search` (a
+    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it.
     """
-    return OmegaServer(toolbox, catalog=catalog if catalog is not None else Downstreams([]), instructions=instructions)
+    return OmegaServer(
+        toolbox,
+        catalog=catalog if catalog is not None else Downstreams([]),
+        instructions=instructions,
+        tool_search=tool_search,
+    )
