@@ -121,12 +121,15 @@ and stop with `kill_shell`.
 - stdin is /dev/null: interactive commands (editors, prompts, pagers) cannot work; pass flags like `-y`.
 - Writes may be confined by the sandbox (workspace, /tmp and configured roots) and network may be off."""
 
-_READ_DESCRIPTION = """Read a text file and return its lines numbered like `cat -n` (line number, tab, text).
+_READ_DESCRIPTION = """Read a text file and return its lines numbered like `cat -n` (line number, tab, text); \
+an image (PNG, JPEG, GIF, WebP, up to 3.75 MiB) comes back as an image you can look at.
 
 - Relative paths resolve against the workspace. Reads up to 2000 lines by default: use `offset` (1-based line) and \
 `limit` to page through large files.
 - Lines longer than 2000 characters are cut; output over 50,000 characters is truncated with `output truncated`.
-- Undecodable bytes are replaced. Directories, devices, FIFOs and sockets are refused with a clear error."""
+- Undecodable bytes are replaced; control characters other than tab are shown as `\\xNN`.
+- Other binary files (PDF, archives, executables, ...) are refused with their size and type: inspect them with bash.
+- Directories, devices, FIFOs and sockets are refused with a clear error."""
 
 _WRITE_DESCRIPTION = """Write a file, replacing it entirely if it exists (atomically: readers never see a partial \
 file; the file mode is kept).
