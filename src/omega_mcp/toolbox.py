@@ -13,6 +13,7 @@ error result. A new built-in tool goes in `builtin/` with its schema, and gets a
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -130,6 +131,8 @@ def _pydantic_message(tool: str, error: ValidationError) -> str:
         field = _field_path(item["loc"])
         if item["type"] == "extra_forbidden":
             problems.append(f"`{field}`: unknown field")
+        elif item["type"].endswith("_type"):  # strict: say what came, e.g. a number sent as a string
+            problems.append(f"`{field}`: {item['msg']}, got {json.dumps(item.get('input'), default=str)[:100]}")
         else:
             problems.append(f"`{field}`: {item['msg']}")
     return f"Invalid arguments for {tool}: " + "; ".join(problems)

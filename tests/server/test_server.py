@@ -109,3 +109,15 @@ async def test_read_over_mcp_returns_images_refuses_binaries_and_escapes_control
     assert base64.b64decode(image.content[1].data) == png  # type: ignore[union-attr]
     assert archive.is_error and "binary file (ZIP archive, 64 bytes)" in archive.content[0].text  # type: ignore[union-attr]
     assert log.content[0].text == "     1\t\\x1b[1mbold\\x1b[0m"  # type: ignore[union-attr]
+
+
+async def test_builtin_arguments_are_strict_no_string_is_taken_for_a_number(client: mcp.Client, toolbox: Toolbox):
+    (toolbox.policy.workspace / "a.txt").write_text("one\ntwo\n")
+    timeout = await client.call_tool("bash", {"command": "echo hi", "timeout": "5"})
+    background = await client.call_tool("bash", {"command": "echo hi", "run_in_background": "true"})
+    offset = await client.call_tool("read", {"file_path": "a.txt", "offset": "2"})
+    whole = await client.call_tool("read", {"file_path": "a.txt", "offset": 2.0})
+    assert timeout.is_error and '`timeout`: Input should be a valid number, got "5"' in timeout.content[0].text  # type: ignore[union-attr]
+    assert background.is_error and "`run_in_background`" in background.content[0].text  # type: ignore[union-attr]
+    assert offset.is_error and "`offset`" in offset.content[0].text  # type: ignore[union-attr]
+    assert not whole.is_error and whole.content[0].text == "     2\ttwo"  # type: ignore[union-attr]

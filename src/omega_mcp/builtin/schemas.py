@@ -3,7 +3,9 @@
 The pydantic models are the single source of truth: they validate incoming arguments and
 generate the published `inputSchema` (cleaned of pydantic's titles and `anyOf: [X, null]`
 noise so every model and provider can follow it). Unknown fields are rejected, so a model
-that sends `path` instead of `file_path` is told so instead of being silently ignored.
+that sends `path` instead of `file_path` is told so instead of being silently ignored, and
+types are strict: a string is never taken for a number or a boolean. A whole number sent as
+`5.0` is still an integer (JSON Schema's `integer` allows it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp import types
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -28,7 +30,8 @@ DEFAULT_READ_LIMIT = 2000
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: `"timeout": "5"` is a mistake the model should hear of, not a number.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class BashArgs(_Args):
@@ -55,6 +58,11 @@ class ReadArgs(_Args):
     limit: int | None = Field(
         default=None, ge=1, description=f"Maximum number of lines to read (default {DEFAULT_READ_LIMIT})."
     )
+
+    @field_validator("offset", "limit", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class WriteArgs(_Args):
