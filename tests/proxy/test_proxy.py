@@ -529,3 +529,25 @@ async def test_a_client_prefix_keeps_every_name_within_64_characters_and_the_lon
         result = await c.call_tool(exported, {"text": "hi"})
         assert not result.is_error
         assert result.content[0].text == f"{long_tool}:hi"  # type: ignore[union-attr]
+
+
+@MODES
+async def test_a_full_name_over_64_characters_is_accepted_in_calls(rwx_policy: SandboxPolicy, mode: str):
+    from omega_mcp.names import Naming
+    from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.server.server import build_server
+    from omega_mcp.toolbox import Toolbox
+
+    server_name, tool = "my-very-long-server-name", "get_repository_pull_request_review_comments_for_thread"
+    spec = downstream_spec(server_name, downstream(server_name, [echo_tool(tool)]))
+    async with (
+        Downstreams([spec]) as downstreams,
+        Toolbox(rwx_policy, downstreams, naming=Naming("mcp__omega__")) as box,
+    ):
+        async with client(build_server(box, catalog=downstreams), mode) as c:
+            listed = [t.name for t in (await c.list_tools()).tools][-1]
+            full = await c.call_tool(f"mcp__{server_name}__{tool}", {"text": "full"})
+            shown = await c.call_tool(listed, {"text": "shown"})
+    assert listed == "mcp__my-very-long-server-name__get_reposito_535e993a"
+    assert not full.is_error and full.content[0].text == f"{tool}:full"  # type: ignore[union-attr]
+    assert not shown.is_error and shown.content[0].text == f"{tool}:shown"  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from omega_mcp.sandbox.roots import RootProblem
     from omega_mcp.sandbox.untrusted import LaunchGuard
 
-__all__ = ["check_trust", "launch_guard", "policy_for"]
+__all__ = ["check_trust", "launch_guard", "policy_for", "server_root_problems"]
 
 logger = logging.getLogger("omega_mcp")
 
@@ -62,7 +62,7 @@ def check_trust(config: Config, args: argparse.Namespace) -> None:
     if _implicit_cwd_config(config, args):
         _refuse_planted(config, args, policy)
     key = "--workspace" if getattr(args, "workspace", None) else "sandbox.workspace"
-    problems = root_problems(policy, workspace_key=key) + _server_root_problems(config)
+    problems = root_problems(policy, workspace_key=key) + server_root_problems(config)
     if problems and policy.mode == "rwx":
         for problem in problems:
             logger.warning("UNSAFE write root (allowed in rwx mode only): %s", problem)
@@ -72,7 +72,7 @@ def check_trust(config: Config, args: argparse.Namespace) -> None:
         raise ConfigError.combine(errors) if len(errors) > 1 else errors[0]
 
 
-def _server_root_problems(config: Config) -> list[RootProblem]:
+def server_root_problems(config: Config) -> list[RootProblem]:
     """What a confined server may write (its declared `write_roots`, its `cwd`), judged as `[sandbox]`'s roots."""
     from omega_mcp.sandbox.roots import root_problems
     from omega_mcp.sandbox.servers import server_policy
