@@ -43,6 +43,10 @@ def run_import(config: Config, args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"kept the existing [servers.{name}] (use --overwrite to replace it)\n")
     for name, why in report.unsupported.items():
         out.write(f"skipped {name!r}: {why}\n")
+    for name, why in report.dropped:
+        out.write(f"skipped {name!r}: {why}\n")
+    for name, fields in report.ignored.items():
+        out.write(f"ignored {', '.join(repr(f) for f in fields)} of {name!r}: omega has no such setting\n")
     for name, key, variable in report.unset:
         out.write(
             f"warning: [servers.{name}] {key} uses ${{{variable}}}, which is not set: "
