@@ -151,7 +151,8 @@ def _warn_unsafe_roots(config: Config, args: argparse.Namespace) -> None:
         say(f"omega-mcp: warning: --workspace: {refusal}: omega will refuse to start with this entry")
     for problem in [*root_problems(policy, workspace_key="--workspace"), *server_root_problems(config)]:
         advice = "" if policy.mode == "rwx" else "omega will refuse to start with this entry; "
-        say(f"omega-mcp: warning: {problem}: {advice}move omega's files out of it or pick another directory")
+        other = "--workspace" if problem.key == "--workspace" else "directory"
+        say(f"omega-mcp: warning: {problem}: {advice}move omega's files out of it or pick another {other}")
 
 
 def _token_hint(config: Config) -> None:

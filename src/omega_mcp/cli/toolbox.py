@@ -42,11 +42,14 @@ BUILTIN_TOOL_NAMES = frozenset({"bash", "read", "write", "edit", "bash_output", 
 """The names in `omega_mcp.builtin.schemas.BUILTIN_TOOLS` (a test keeps them equal), known here
 without importing the SDK, which that module does."""
 
-SERVE_STARTUP_WAIT_SECONDS = 0.5
+SERVE_STARTUP_WAIT_SECONDS = 0.0
 """How long after the start a listing of `serve` (tools/list, prompts/list, resources/list) may wait
-for the first round, so that fast servers are in the first answer; after that, listings answer at
-once with the servers that are ready, the others are announced with notifications/tools/list_changed,
-and a call to a tool of a server still starting waits for that server only (its connect timeout)."""
+for the first round: not at all. A listing answers at once with the built-ins and the servers that
+are ready (early-started ones have had omega's own start-up to get there); the others are announced
+with notifications/tools/list_changed, and a call to a tool of a server still starting waits for
+that server only (its connect timeout). Measured with Codex 0.171, which sends its first model
+request about a second after launching its MCP servers whatever they do: even half a second of
+waiting here cost it all of omega's tools, every time, on a loaded machine."""
 
 
 def needs_servers(args: argparse.Namespace) -> bool:

@@ -6,8 +6,8 @@ leave the namespace, calls to them get an isError saying why and when omega retr
 with exponential backoff (1 s doubling to 60 s, reset after 30 s up), while the others keep
 working. Startup, decided: `initialize` is answered at once; a listing waits for the first round
 (every server connected or failed) at most until `startup_wait_seconds` after the start (`serve`:
-a short grace, so `tools/list` answers within a second whatever the servers do; by default the
-whole round, for the agent and the one-shot commands); a call to a tool of a server still in its
+0, so `tools/list` answers at once whatever the servers do; by default the whole round, for the
+agent and the one-shot commands); a call to a tool of a server still in its
 first attempt waits for that server only (`starting`, `wait_settled`, bounded by its connect
 timeout). Servers arriving later are announced with `notifications/tools/list_changed`, like every
 change of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
