@@ -195,8 +195,8 @@ class Toolbox(AsyncContextManagerMixin):
         """Every tool, built-ins first, downstream tools under their exported names, in stable order.
 
         While the downstream servers are still starting, this waits for them as the downstreams allow
-        (`Downstreams(startup_wait_seconds=...)`: `serve` answers within a second, with the servers
-        ready by then; the others are announced with list_changed as they connect).
+        (`Downstreams(startup_wait_seconds=...)`: `serve` answers at once with the servers that are
+        ready; the others are announced with list_changed as they connect).
         """
         if self.downstreams is not None and not self.downstreams.ready:
             await self.downstreams.wait_ready()
