@@ -452,6 +452,26 @@ def _prompt_server(name: str, prompt: str) -> Any:
     return downstream(name, on_list_prompts=list_prompts, on_get_prompt=get_prompt)
 
 
+async def test_getting_a_prompt_of_a_starting_server_waits_for_that_server(rwx_policy: SandboxPolicy):
+    gate = anyio.Event()
+    got: list[str] = []
+    spec = downstream_spec("slow", gated(_prompt_server("slow", "greet"), gate))
+    async with hub(rwx_policy, spec, startup_wait_seconds=0) as (_, _, server):
+        async with client(server) as c:
+            assert (await c.list_prompts()).prompts == []  # at once: the server is not up yet
+
+            async def get() -> None:
+                result = await c.get_prompt("slow__greet", {"who": "bo"})
+                got.append(result.messages[0].content.text)  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get)
+                await anyio.wait_all_tasks_blocked()
+                assert got == []  # waiting for the server, not refused
+                gate.set()
+    assert got == ["slow says hi to bo"]
+
+
 @MODES
 async def test_downstream_prompts_are_exported_as_server__prompt(rwx_policy: SandboxPolicy, mode: str):
     specs = (downstream_spec("a", _prompt_server("a", "greet")), downstream_spec("b", _prompt_server("b", "greet")))
