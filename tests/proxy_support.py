@@ -107,6 +107,17 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> No
             await anyio.sleep(0.02)
 
 
+async def listed(client: mcp.Client, *names: str, seconds: float = 30.0) -> list[str]:
+    """The client's tool names once they include `names`: `serve` answers tools/list at once with the
+    servers that are ready, and the others arrive later (bounded wait, polling the list)."""
+    with anyio.fail_after(seconds):
+        while True:
+            found = [t.name for t in (await client.list_tools()).tools]
+            if set(names) <= set(found):
+                return found
+            await anyio.sleep(0.05)
+
+
 def read_pid(path: Path | str) -> int:
     return int(Path(path).read_text())
 

@@ -1,7 +1,8 @@
 """The Toolbox: one routing table for built-in and downstream tools, shared by every front-end.
 
 `list_tools()` returns built-ins first, then each downstream server's tools in config order
-under their `mcp__<server>__<tool>` names (waiting, bounded, for servers still starting);
+under their `mcp__<server>__<tool>` names (waiting, as the downstreams allow, for servers still
+starting; a call waits only for the server its name belongs to);
 `call_tool_wire()`, the one call path, resolves a name (or alias) through the namespace's reverse
 map, validates the arguments (a validator compiled once per tool), runs the tool and returns wire
 JSON (a downstream's result untouched); `call_tool()` wraps it for callers that want a model.
@@ -12,6 +13,7 @@ error result. A new built-in tool goes in `builtin/` with its schema, and gets a
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -90,8 +92,16 @@ class DownstreamTools(Protocol):
         """Whether the first connection round has settled."""
         ...
 
-    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
-        """Wait (bounded) until the first connection round has settled, or `until()` holds."""
+    async def wait_ready(self) -> None:
+        """Wait (bounded) until the first connection round has settled."""
+        ...
+
+    def starting(self, name: str) -> list[str]:
+        """The servers still in their first connection attempt that a tool `name` may belong to."""
+        ...
+
+    async def wait_settled(self, server_names: Sequence[str]) -> None:
+        """Wait (bounded by their connect timeouts) until these servers connected or failed once."""
         ...
 
     async def call_tool(
@@ -135,6 +145,8 @@ def _pydantic_message(tool: str, error: ValidationError) -> str:
         field = _field_path(item["loc"])
         if item["type"] == "extra_forbidden":
             problems.append(f"`{field}`: unknown field")
+        elif item["type"].endswith("_type"):  # strict: say what came, e.g. a number sent as a string
+            problems.append(f"`{field}`: {item['msg']}, got {json.dumps(item.get('input'), default=str)[:100]}")
         else:
             problems.append(f"`{field}`: {item['msg']}")
     return f"Invalid arguments for {tool}: " + "; ".join(problems)
@@ -213,7 +225,9 @@ class Toolbox(AsyncContextManagerMixin):
     async def list_tools(self) -> list[types.Tool]:
         """Every tool, built-ins first, downstream tools under their exported names, in stable order.
 
-        While the downstream servers are still starting, this waits (bounded) for them to settle.
+        While the downstream servers are still starting, this waits for them as the downstreams allow
+        (`Downstreams(startup_wait_seconds=...)`: `serve` answers at once with the servers that are
+        ready; the others are announced with list_changed as they connect).
         """
         if self.downstreams is not None and not self.downstreams.ready:
             await self.downstreams.wait_ready()
@@ -242,9 +256,11 @@ class Toolbox(AsyncContextManagerMixin):
 
     async def _resolve(self, name: str) -> Route:
         downstreams = self.downstreams
-        if downstreams is not None and not downstreams.ready and self.namespace().resolve(name) is None:
-            # The name may belong to a server that is still starting: wait for it (or for all).
-            await downstreams.wait_ready(until=lambda: self.namespace().resolve(name) is not None)
+        if downstreams is not None and self.namespace().resolve(name) is None:
+            # The name may belong to a server still in its first attempt: wait for that one only.
+            starting = downstreams.starting(name)
+            if starting:
+                await downstreams.wait_settled(starting)
         return self.resolve(name)
 
     # -- calls -------------------------------------------------------------------------------

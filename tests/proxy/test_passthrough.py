@@ -27,7 +27,7 @@ from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.declared import declared_capabilities
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server import bridge
-from proxy_support import FIXTURES, client, downstream, downstream_spec, hub, wait_until
+from proxy_support import FIXTURES, client, downstream, downstream_spec, hub, listed, wait_until
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 FORM: types.ElicitRequestedSchema = {"type": "object", "properties": {"color": {"type": "string"}}}
@@ -502,7 +502,7 @@ def omega_serve(tmp_path: Path, extra: str = "", **env: str) -> StdioServerParam
 async def test_through_the_cli_a_stdio_servers_requests_reach_the_client(tmp_path: Path, mode: str):
     callbacks = {"sampling_callback": answer_sampling, "list_roots_callback": client_roots}
     async with mcp.Client(omega_serve(tmp_path), mode=mode, **callbacks) as c:
-        await c.list_tools()  # the first listing waits for the server: the call finds it connected
+        await listed(c, "mcp__s__ask")  # connected: a handshake-era call then takes the relay
         result = await c.call_tool("mcp__s__ask", {"text": "over stdio"})
     answer, roots, request_id = text_of(result).split(" | ")
     assert (answer, roots) == ("LLM<over stdio>", "file:///client/project")

@@ -20,6 +20,8 @@ import mcp
 import pytest
 from mcp import StdioServerParameters, types
 
+from proxy_support import listed
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/status")
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -77,8 +79,7 @@ async def test_a_300_mib_line_stops_its_server_and_omega_stays_small(tmp_path: P
     )
     with anyio.fail_after(180):
         async with mcp.Client(params, mode="legacy") as client:
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert {"mcp__confined__flood", "mcp__unconfined__flood", "mcp__ok__echo"} <= names, names
+            await listed(client, "mcp__confined__flood", "mcp__unconfined__flood", "mcp__ok__echo")
             pid = _omega_pid(config)
             small = await client.call_tool("mcp__confined__flood", {"mb": 1})
             baseline = _peak_rss(pid)

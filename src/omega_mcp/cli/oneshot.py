@@ -1,11 +1,13 @@
 """`omega-mcp tools` and `omega-mcp call`: look at the aggregated namespace, or call one tool, from a shell.
 
-Both are one-shot: they start the toolbox, wait until every downstream server has connected or
-failed, do their one thing and exit. Results go to stdout (a table, JSON, or the tool's content
-blocks), notes to stderr. `tools` says first which config file it used, shows a server that did
-not connect as `failed: <reason>` (it looks once: no retry is announced, none happens) and exits 1
-when any enabled server is not connected, so a script can check a setup. `call` exits 1 when the
-result is an error or the tool is unknown, and a built-in tool starts no downstream server at all.
+Both are one-shot: they start the toolbox, do their one thing and exit. `tools` waits until every
+downstream server has connected or failed; `call` waits only for the server its tool belongs to
+(and for all of them only when the name is unknown, to suggest the closest names). Results go to
+stdout (a table, JSON, or the tool's content blocks), notes to stderr. `tools` says first which
+config file it used, shows a server that did not connect as `failed: <reason>` (it looks once: no
+retry is announced, none happens) and exits 1 when any enabled server is not connected, so a script
+can check a setup. `call` exits 1 when the result is an error or the tool is unknown, and a
+built-in tool starts no downstream server at all.
 The SDK-backed modules are imported inside the functions, after `EarlyStarts.start` (proxy/spawn.py).
 """
 
@@ -126,9 +128,15 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
         raise UsageError(f"JSON_ARGS is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
         raise UsageError('JSON_ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
-    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
+    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, downstreams):
         try:
-            result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+            try:
+                result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+            except UnknownToolError:
+                if downstreams.ready:
+                    raise
+                await downstreams.wait_ready()  # the name is unknown: look once more with every server in
+                result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
         except (UnknownToolError, DownstreamRefusedError) as exc:
             sys.stderr.write(f"omega-mcp: {exc}\n")
             return EXIT_FAILURE

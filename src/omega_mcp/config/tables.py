@@ -1,4 +1,10 @@
-"""The tables of servers.toml as pydantic models (loading and error wording are in `load.py`)."""
+"""The tables of servers.toml as pydantic models (loading and error wording are in `load.py`).
+
+Every table is strict (`_Strict`, which new keys inherit): a value of the wrong type is an error,
+never coerced (`"120"` is no number, `"no"` no boolean). `load.py` validates the file in pydantic's
+JSON mode, where an array is a tuple's form and a string a path's; code building a model in Python
+passes the real types (the validators below turn lists and strings into them).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -78,7 +85,7 @@ def _need_list(value: Any, info: ValidationInfo) -> Any:
     """A list key given anything else is refused with the list form, from the user's own string when
     there is one: `tools = "get_*"` gets `e.g. tools = ["get_*"]`."""
     if isinstance(value, list | tuple):
-        return value  # pyright: ignore[reportUnknownVariableType]
+        return tuple(value)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
     key = info.field_name or ""
     what, example = _LISTS[key]
     if isinstance(value, str) and value.strip():
@@ -86,9 +93,10 @@ def _need_list(value: Any, info: ValidationInfo) -> Any:
     raise ValueError(f"expected a list of {what}, e.g. {key} = [{', '.join(json.dumps(e) for e in example)}]")
 
 
-def _check_path(value: Any) -> Any:
+def _check_path(value: Any, info: ValidationInfo) -> Any:
     """A configured path must be a non-empty string without NUL (an empty one would silently mean the
-    config file's own directory; a NUL cannot reach the OS)."""
+    config file's own directory; a NUL cannot reach the OS). In the form the strict mode takes: a
+    string from the file (JSON mode), a `Path` from code."""
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str):
@@ -97,7 +105,7 @@ def _check_path(value: Any) -> Any:
         raise ValueError('must not be empty (write "." for the directory of the config file)')
     if "\0" in value:
         raise ValueError(f"contains a NUL character: {value!r}")
-    return value
+    return Path(value) if info.mode == "python" else value
 
 
 def _no_nul(value: str | None, what: str) -> str | None:
@@ -146,7 +154,7 @@ def _unprotect_defaults(value: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SandboxConfig(_Strict):
@@ -179,13 +187,13 @@ class SandboxConfig(_Strict):
 
     @field_validator("workspace", mode="before")
     @classmethod
-    def _workspace_path(cls, value: Any) -> Any:
-        return None if value is None else _check_path(value)
+    def _workspace_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _check_path(value, info)
 
     @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
     def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
-        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+        return tuple(_check_path(item, info) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
 
     _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
 
@@ -213,7 +221,7 @@ class ServerSandboxConfig(_Strict):
     @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
     def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
-        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+        return tuple(_check_path(item, info) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
 
     _only_defaults = field_validator("unhide")(_unhide_defaults)
 
@@ -232,6 +240,9 @@ ServerSandbox = Annotated[
     Discriminator(_sandbox_form),
 ]
 """`sandbox = "none"` (unconfined), `"default"` (confined, nothing declared) or a table."""
+
+
+ONE_TRANSPORT = "needs exactly one of `command` (stdio) or `url` (remote)"
 
 
 class ServerConfig(_Strict):
@@ -257,8 +268,8 @@ class ServerConfig(_Strict):
 
     @field_validator("cwd", mode="before")
     @classmethod
-    def _cwd_path(cls, value: Any) -> Any:
-        return None if value is None else _check_path(value)
+    def _cwd_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _check_path(value, info)
 
     _lists = field_validator("args", "tools", "exclude_tools", "scopes", mode="before")(_need_list)
 
@@ -300,7 +311,7 @@ class ServerConfig(_Strict):
     @model_validator(mode="after")
     def _one_transport(self, info: ValidationInfo) -> ServerConfig:
         if (self.command is None) == (self.url is None):
-            raise ValueError("needs exactly one of `command` (stdio) or `url` (remote)")
+            raise ValueError(ONE_TRANSPORT)
         # `url = "${HUB_URL}"`, HUB_URL unset: the server is failed for that; its URL cannot be judged yet.
         url, unresolved = self.url, as_object(info.context).get(UNRESOLVED_URLS) or ()
         if url is not None and not url.startswith(("http://", "https://")) and url not in unresolved:
@@ -378,27 +389,29 @@ class HubConfig(_Strict):
     _visible_list = field_validator("always_visible", mode="before")(_need_list)
 
 
+def _server_key(key: str) -> str:
+    if not _SERVER_KEY.match(key):
+        raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
+    if "__" in key:
+        raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
+    return key
+
+
+ServerKey = Annotated[str, AfterValidator(_server_key)]
+"""A `[servers.NAME]` key, checked one by one: every bad key is reported, with the entries' own problems."""
+
+
 class Config(_Strict):
     """The whole file, plus where it came from and the resolved data directory."""
 
     sandbox: SandboxConfig = SandboxConfig()
     hub: HubConfig = HubConfig()
-    servers: dict[str, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
+    servers: dict[ServerKey, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
     agent: AgentConfig = AgentConfig()
     sampling: SamplingConfig = SamplingConfig()
     path: Path | None = Field(default=None, exclude=True)
     home: Path = Field(default_factory=omega_home, exclude=True)
     _problems: dict[str, str] = PrivateAttr(default_factory=dict[str, str])
-
-    @field_validator("servers")
-    @classmethod
-    def _server_keys(cls, servers: dict[str, ServerConfig]) -> dict[str, ServerConfig]:
-        for key in servers:
-            if not _SERVER_KEY.match(key):
-                raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
-            if "__" in key:
-                raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
-        return servers
 
     @model_validator(mode="after")
     def _server_problems(self, info: ValidationInfo) -> Config:

@@ -234,6 +234,9 @@ class DownstreamSession(AsyncContextManagerMixin):
         if isinstance(exc, TimeoutError):  # only the handshake is bounded by a raising timeout
             return self.with_exit(f"no answer to initialize within timeout ({self.spec.timeout_seconds:g} s)")
         if isinstance(exc, OSError) and self.stdio is not None and self.stdio.pid is None:
+            cwd = self.stdio.params.cwd
+            if cwd is not None and exc.filename == str(cwd):  # not the program: where it was to run
+                return f"cannot start: its working directory {cwd} {exc.strerror} (servers.{self.spec.server_name}.cwd)"
             return f"cannot start {self.stdio.params.command!r}: {exc.strerror or exc}"
         if isinstance(exc, MCPError):
             if exc.code == types.CONNECTION_CLOSED:

@@ -129,6 +129,19 @@ def _program(command: str, environment: Mapping[str, str], cwd: str | Path | Non
     return os.path.abspath(found)
 
 
+def _check_cwd(cwd: str | Path | None) -> None:
+    """A working directory that is missing is named as such (Popen would blame the program).
+
+    Raises:
+        FileNotFoundError, NotADirectoryError: with `filename` the directory.
+    """
+    if cwd is None or os.path.isdir(cwd):
+        return
+    if os.path.lexists(cwd):
+        raise NotADirectoryError(errno.ENOTDIR, "is not a directory", str(cwd))
+    raise FileNotFoundError(errno.ENOENT, "does not exist", str(cwd))
+
+
 def launch_problem(
     guard: LaunchGuard, server_name: str, command: str, env: Mapping[str, str] | None, cwd: str | Path | None
 ) -> str | None:
@@ -167,6 +180,7 @@ def spawn(
         OSError: the command cannot be started.
     """
     environment = default_environment(env)
+    _check_cwd(cwd)  # the configured one (confined or not); omega makes the default one
     if guard is not None:
         launch_guard, server_name = guard
         problem = launch_problem(launch_guard, server_name, command, env, cwd)

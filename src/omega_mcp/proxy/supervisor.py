@@ -4,10 +4,13 @@ Every enabled server is connected in parallel by its own task, each attempt boun
 `connect_timeout`; one that fails to start, hangs or crashes is logged, marked down (its tools
 leave the namespace, calls to them get an isError saying why and when omega retries) and retried
 with exponential backoff (1 s doubling to 60 s, reset after 30 s up), while the others keep
-working. Startup, decided: `initialize` is answered at once; the first `tools/list` waits until
-every server has connected or failed (at most `startup_wait_seconds`: 10 s under `serve`), and
-servers arriving later are announced with `notifications/tools/list_changed`, like every change
-of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
+working. Startup, decided: `initialize` is answered at once; a listing waits for the first round
+(every server connected or failed) at most until `startup_wait_seconds` after the start (`serve`:
+0, so `tools/list` answers at once whatever the servers do; by default the whole round, for the
+agent and the one-shot commands); a call to a tool of a server still in its
+first attempt waits for that server only (`starting`, `wait_settled`, bounded by its connect
+timeout). Servers arriving later are announced with `notifications/tools/list_changed`, like every
+change of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
 Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
 does, it carries list_changed and cancellation, and costs no `server/discover` probe.
 Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`); the
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Self
@@ -51,6 +54,7 @@ __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerSta
 logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
+_SETTLE_MARGIN_SECONDS = 5.0  # how long a wait for a first attempt may outlast its connect timeout
 
 
 def _lost_state(spec: DownstreamSpec) -> ServerState:
@@ -130,6 +134,7 @@ class Downstreams(AsyncContextManagerMixin):
                 entry.state, entry.reason, entry.settled, entry.refused = "failed", refusal, True, True
                 logger.warning("server %s is not started: %s", entry.spec.server_name, refusal)
         self._startup_wait = startup_wait_seconds
+        self._started_at = 0.0
         self._backoff = (backoff_seconds, backoff_max_seconds, stable_seconds)
         self._versions = [0, 0, 0]
         self._changed = anyio.Event()
@@ -171,7 +176,7 @@ class Downstreams(AsyncContextManagerMixin):
             for entry in self._entries.values():
                 if entry.spec.enabled and not entry.refused:
                     task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
-            self._task_group = task_group
+            self._task_group, self._started_at = task_group, anyio.current_time()
             try:
                 yield
             finally:
@@ -287,7 +292,9 @@ class Downstreams(AsyncContextManagerMixin):
         self._poke()
 
     def _mark_settled(self, entry: _Entry) -> None:
-        entry.settled = True
+        if not entry.settled:
+            entry.settled = True
+            self._poke()  # a call waiting for this server (`wait_settled`) goes on
         self._update_settled()
 
     def _update_settled(self) -> None:
@@ -319,18 +326,27 @@ class Downstreams(AsyncContextManagerMixin):
         """Whether every enabled server has connected or failed at least once."""
         return self._settled.is_set()
 
-    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
-        """Wait until every server connected or failed once (or `until()` holds after a change).
+    async def wait_ready(self) -> None:
+        """Wait until every server connected or failed once: for the whole round, or (when set) at most
+        until `startup_wait_seconds` after the start, so that later listings do not wait at all."""
+        timeouts = [e.spec.connect_timeout_seconds for e in self._entries.values()]
+        bound = max(timeouts, default=0) + _SETTLE_MARGIN_SECONDS  # each attempt ends within its connect timeout
+        deadline = anyio.current_time() + bound if self._startup_wait is None else self._started_at + self._startup_wait
+        with anyio.CancelScope(deadline=deadline):
+            while self._task_group is not None and not self._settled.is_set():
+                await self._changed.wait()
 
-        Bounded by `startup_wait_seconds`, by default by the longest connect timeout.
-        """
-        if self._task_group is None:
-            return
-        bound = self._startup_wait
-        if bound is None:  # the whole first round; each attempt ends within its connect timeout
-            bound = max((e.spec.connect_timeout_seconds for e in self._entries.values()), default=0) + 10
+    def starting(self, name: str) -> list[str]:
+        """The servers in their first connection attempt whose tool (or prompt) `name` may be (by prefix)."""
+        prefixed = [n for n, e in self._entries.items() if name.startswith(server_prefixes(n)) and e.spec.enabled]
+        return [n for n in prefixed if not self._entries[n].settled]
+
+    async def wait_settled(self, server_names: Sequence[str]) -> None:
+        """Wait until each of these servers connected or failed once (bounded: its connect timeout)."""
+        entries = [self._entries[name] for name in server_names]
+        bound = max((e.spec.connect_timeout_seconds for e in entries), default=0) + _SETTLE_MARGIN_SECONDS
         with anyio.move_on_after(bound):
-            while not self._settled.is_set() and not (until is not None and until()):
+            while self._task_group is not None and not all(e.settled for e in entries):
                 await self._changed.wait()
 
     # -- tools -------------------------------------------------------------------------------

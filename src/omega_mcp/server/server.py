@@ -299,7 +299,7 @@ class OmegaServer(Server[Any]):
 
     async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         catalog = self._require_catalog()
-        await catalog.wait_ready()  # its server may still be starting
+        await catalog.wait_settled(catalog.starting(params.name))  # its server may still be starting
         return await catalog.exports.get_prompt(params.name, params.arguments)
 
     async def _on_list_resources(
