@@ -24,7 +24,7 @@ import pytest
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy

@@ -30,8 +30,8 @@ import anyio.abc
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
-from omega_mcp.fastpath.pipes import PipeWriter
 from omega_mcp.narrow import object_or_none
+from omega_mcp.pipes import PipeWriter
 from omega_mcp.proxy.calls import refused, timed_out, went_away
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams

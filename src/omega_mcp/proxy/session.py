@@ -39,8 +39,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from omega_mcp._sdk import Streams
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 from omega_mcp.loglevels import python_level
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.client_requests import ServerRequests
 from omega_mcp.proxy.oauth import auth_failure, http_auth
 from omega_mcp.proxy.spawn import INIT_ID, EarlyStarts

@@ -26,7 +26,7 @@ import anyio
 from anyio import AsyncContextManagerMixin
 from mcp.client.stdio import StdioServerParameters
 
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group

@@ -27,8 +27,8 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import ReadStream, Streams, WriteStream
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 from omega_mcp.fastpath.relay import Relay
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.server.server import OmegaServer
 
 __all__ = ["run_stdio", "serve_streams", "stdio_streams"]
