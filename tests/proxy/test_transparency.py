@@ -60,3 +60,25 @@ async def test_through_the_relay_a_stdio_servers_json_rpc_error_reaches_the_clie
         "URL elicitation required",
         {"elicitations": [{"mode": "url"}]},
     )
+
+
+def _task_tool(name: str, support: str | None) -> types.Tool:
+    execution = types.ToolExecution(task_support=support) if support is not None else None  # pyright: ignore[reportArgumentType]
+    return types.Tool(name=name, input_schema={"type": "object"}, execution=execution)
+
+
+async def test_a_tool_that_requires_tasks_is_not_exported_and_the_others_keep_their_execution(
+    rwx_policy: SandboxPolicy, caplog: pytest.LogCaptureFixture
+):
+    """omega does not run tasks (README "Tasks"): a tool that can only be called as a task would fail
+    every call, so it is left out, with a warning naming it; optional ones are called synchronously."""
+    tools = [_task_tool("needs_task", "required"), _task_tool("may_task", "optional"), _task_tool("plain", None)]
+    server = downstream("d", tools=tools)
+    async with hub(rwx_policy, downstream_spec("d", server)) as (_, _, omega):
+        async with mcp.Client(omega, mode="legacy") as c:  # `execution` is a 2025-11-25 field
+            listed = {t.name: t for t in (await c.list_tools()).tools if t.name.startswith("mcp__d__")}
+            called = await c.call_tool("mcp__d__may_task", {})
+    assert sorted(listed) == ["mcp__d__may_task", "mcp__d__plain"]
+    assert listed["mcp__d__may_task"].execution == types.ToolExecution(task_support="optional")
+    assert not called.is_error
+    assert "needs_task" in caplog.text and "task" in caplog.text
