@@ -55,7 +55,6 @@ logger = logging.getLogger(__name__)
 
 
 _CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
-_PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
 _T = TypeVar("_T")
 
 
@@ -325,13 +324,23 @@ class DownstreamSession(AsyncContextManagerMixin):
     ) -> list[Any]:
         found: list[Any] = []
         cursor: str | None = None
-        for _ in range(_PAGE_LIMIT):
+        seen: set[str] = set()
+        while True:  # every page: one that never ends is bounded by the listing's timeout
             page = await fetch(types.PaginatedRequestParams(cursor=cursor) if cursor else None)
             found.extend(getattr(page, items))
             cursor = page.next_cursor
-            if not cursor:
-                break
-        return found
+            if not cursor or self._looped(cursor, seen, items):
+                return found
+
+    def _looped(self, cursor: str, seen: set[str], items: str) -> bool:
+        """Whether a listing came back to a cursor it already followed (it would never end)."""
+        if cursor not in seen:
+            seen.add(cursor)
+            return False
+        logger.warning(
+            "[%s] its %s list repeats the cursor %r; listing stops there", self.spec.server_name, items, cursor
+        )
+        return True
 
     async def list_tools(self) -> tuple[types.Tool, ...]:
         """Every usable tool the spec's globs let through, in the server's order.
@@ -344,8 +353,9 @@ class DownstreamSession(AsyncContextManagerMixin):
         """
         tools: list[types.Tool] = []
         seen: set[str] = set()
+        cursors: set[str] = set()
         cursor: object = None
-        for _ in range(_PAGE_LIMIT):
+        while True:  # every page: one that never ends is bounded by the listing's timeout
             params = {"cursor": cursor} if isinstance(cursor, str) and cursor else None
             page = await self.request("tools/list", params, timeout_seconds=self.spec.timeout_seconds)
             raw = page.get("tools")
@@ -353,7 +363,7 @@ class DownstreamSession(AsyncContextManagerMixin):
                 raise ValueError("its tools/list answer has no `tools` list")
             tools += usable_tools(self.spec.server_name, cast(list[object], raw), seen, self._warned)
             cursor = page.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
+            if not isinstance(cursor, str) or not cursor or self._looped(cursor, cursors, "tools"):
                 break
         for glob in self.spec.unmatched_globs([t.name for t in tools]):
             if f"filter {glob}" not in self._warned:  # once per server and glob, across re-lists

@@ -56,6 +56,7 @@ from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Unreachable, asks_nothing
 from omega_mcp.server.clients import SessionCaller, client_name
 from omega_mcp.server.logs import LogForwarder
+from omega_mcp.server.pages import page
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
 
@@ -155,7 +156,8 @@ class OmegaServer(Server[Any]):
 
     async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         self._remember(ctx.session)
-        return types.ListToolsResult(tools=await self.toolbox.list_tools())
+        tools, cursor = page(await self.toolbox.list_tools(), params, "tools")
+        return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
     async def _on_call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
@@ -240,7 +242,8 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListPromptsResult(prompts=catalog.exports.prompts())
+        prompts, cursor = page(catalog.exports.prompts(), params, "prompts")
+        return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         catalog = self._require_catalog()
@@ -253,14 +256,16 @@ class OmegaServer(Server[Any]):
         self._remember(ctx.session)
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListResourcesResult(resources=catalog.exports.resources())
+        resources, cursor = page(catalog.exports.resources(), params, "resources")
+        return types.ListResourcesResult(resources=resources, next_cursor=cursor)
 
     async def _on_list_resource_templates(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         catalog = self._require_catalog()
         await catalog.wait_ready()
-        return types.ListResourceTemplatesResult(resource_templates=catalog.exports.resource_templates())
+        templates, cursor = page(catalog.exports.resource_templates(), params, "resources/templates")
+        return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
     async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         catalog = self._require_catalog()
