@@ -325,7 +325,8 @@ class HubConfig(_Strict):
     """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
 
     max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
-    """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
+    """The longest message (MiB) omega takes or passes on, either way and on both transports: a longer
+    answer fails that one request (a long line that names no request stops its stdio server)."""
 
     _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
 

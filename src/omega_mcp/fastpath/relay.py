@@ -31,8 +31,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
 from omega_mcp.narrow import object_or_none
+from omega_mcp.oversize import is_too_large
 from omega_mcp.pipes import PipeWriter
-from omega_mcp.proxy.calls import refused, timed_out, went_away
+from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import checked_wire, error_wire, invalid_result
@@ -79,6 +80,10 @@ class _Call:
     timeout: float
     client_token: Any = None
     modern: bool = False
+
+    @property
+    def limit(self) -> int:
+        return self.session.spec.max_message_bytes
 
 
 class Relay:
@@ -209,6 +214,11 @@ class Relay:
                 return True  # the answer to a call that timed out or was cancelled
             result = object_or_none(message.get("result"))
             error = object_or_none(message.get("error"))
+            if error is not None and is_too_large(
+                error.get("data")
+            ):  # as forward_call: that call fails, not the server
+                await self._finish(request_id, error_wire(too_long(call.server_name, call.tool_name, call.limit)))
+                return True
             if error is not None and isinstance(error.get("code"), int):
                 await self._finish(request_id, error, failed=True)  # the server's own error, as it is
                 return True

@@ -23,10 +23,11 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp.errors import DownstreamRefusedError
+from omega_mcp.oversize import is_too_large, limit_text
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
-__all__ = ["forward_call", "refused", "timed_out", "went_away"]
+__all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
 
 _RESERVED_META = "io.modelcontextprotocol/"
 _PROGRESS_DRAIN_SECONDS = 2.0
@@ -77,6 +78,14 @@ def went_away(server_name: str, tool_name: str, *, remote: bool = False, why: st
     return f"server {server_name} went away during the call to {tool_name}; omega will {again}"
 
 
+def too_long(server_name: str, tool_name: str, limit: int) -> str:
+    """The isError text of a call whose result was longer than `[hub] max_message_mb` (the server is fine)."""
+    return (
+        f"the result of {tool_name} from server {server_name} is longer than {limit_text(limit)} and was dropped "
+        "(raise max_message_mb in [hub] for larger results)"
+    )
+
+
 def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
     """The isError text of a call the server answered with a JSON-RPC error."""
     return f"server {server_name} refused the call to {tool_name}: {message} (error {code})"
@@ -110,6 +119,8 @@ async def forward_call(
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
             return error_wire(timed_out(server_name, tool_name, timeout))
+        if is_too_large(exc.error.data):
+            return error_wire(too_long(server_name, tool_name, session.spec.max_message_bytes))
         if exc.code == types.CONNECTION_CLOSED:
             why = session.stopped_because()
             session.lose(why or "the server closed the connection")

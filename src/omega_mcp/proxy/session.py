@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from omega_mcp._sdk import Streams
 from omega_mcp.loglevels import python_level
 from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy.bounds import bound_json, too_large
 from omega_mcp.proxy.client_requests import ServerRequests
 from omega_mcp.proxy.oauth import auth_failure, http_auth
 from omega_mcp.proxy.spawn import INIT_ID, EarlyStarts
@@ -135,9 +136,12 @@ class DownstreamSession(AsyncContextManagerMixin):
 
         refused: list[str] = []
 
+        limit = self.spec.max_message_bytes
+
         async def note_refusal(response: httpx2.Response) -> None:
             if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
                 refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
+            bound_json(response, limit)
 
         def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
             # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
@@ -148,7 +152,7 @@ class DownstreamSession(AsyncContextManagerMixin):
                 event_hooks={"response": [note_refusal]},
             )
             stack.push_async_callback(client.aclose)
-            return streamable_http_client(url, http_client=client)
+            return streamable_http_client(url, http_client=client, max_sse_event_size=limit)
 
         def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
             return sse_client(url, headers=headers, auth=auth)
@@ -430,4 +434,7 @@ class DownstreamSession(AsyncContextManagerMixin):
         opts: CallOptions = {"timeout": timeout_seconds, "headers": dict(self._headers)}
         if progress is not None:
             opts["on_progress"] = progress
-        return await self._dispatcher.send_raw_request(method, params, opts)
+        try:
+            return await self._dispatcher.send_raw_request(method, params, opts)
+        except MCPError as exc:
+            raise too_large(exc, self.spec.max_message_bytes) or exc from None
