@@ -186,7 +186,15 @@ async def test_request_meta_is_passed_downstream_without_the_per_hop_keys(rwx_po
         async with client(server, mode) as c:
             await c.call_tool("mcp__d__echo", {"text": "x"}, meta={"vendor/tool-use-id": "tu-1"})
     assert seen[0]["vendor/tool-use-id"] == "tu-1"
-    assert not [k for k in seen[0] if k.startswith("io.modelcontextprotocol/")]
+    reserved = {k: v for k, v in seen[0].items() if k.startswith("io.modelcontextprotocol/")}
+    if mode == "legacy":  # a handshake-era client's call goes over a handshake-era link: no envelope
+        assert reserved == {}
+    else:  # a 2026-era one's carries this hop's envelope: the client's own info and capabilities
+        assert reserved["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert reserved["io.modelcontextprotocol/clientInfo"]["name"] == "mcp"
+        assert set(reserved) == {
+            f"io.modelcontextprotocol/{k}" for k in ("protocolVersion", "clientInfo", "clientCapabilities")
+        }
 
 
 @MODES
@@ -288,7 +296,8 @@ async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx
     tools = [echo_tool("one")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+    spec = downstream_spec("d", downstream("d", tools, sessions=sessions), era="handshake")  # notifies the session
+    async with hub(rwx_policy, spec) as (ds, _, server):
         await ds.wait_ready()  # no startup announcements: the one notification below is the change
         async with client(server, message_handler=notes) as c:
             assert "mcp__d__one" in [t.name for t in (await c.list_tools()).tools]

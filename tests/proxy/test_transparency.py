@@ -75,8 +75,8 @@ async def test_a_tool_that_requires_tasks_is_not_exported_and_the_others_keep_th
     every call, so it is left out, with a warning naming it; optional ones are called synchronously."""
     tools = [_task_tool("needs_task", "required"), _task_tool("may_task", "optional"), _task_tool("plain", None)]
     server = downstream("d", tools=tools)
-    async with hub(rwx_policy, downstream_spec("d", server)) as (_, _, omega):
-        async with mcp.Client(omega, mode="legacy") as c:  # `execution` is a 2025-11-25 field
+    async with hub(rwx_policy, downstream_spec("d", server, era="handshake")) as (_, _, omega):  # a 2025-11-25 field
+        async with mcp.Client(omega, mode="legacy") as c:
             listed = {t.name: t for t in (await c.list_tools()).tools if t.name.startswith("mcp__d__")}
             called = await c.call_tool("mcp__d__may_task", {})
     assert sorted(listed) == ["mcp__d__may_task", "mcp__d__plain"]

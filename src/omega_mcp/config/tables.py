@@ -210,6 +210,8 @@ class ServerConfig(_Strict):
     exclude_tools: tuple[str, ...] = ()
     sandbox: ServerSandbox | None = None
     """How a stdio server is confined; None follows `[sandbox] servers`."""
+    era: Literal["auto", "handshake", "modern"] = "auto"
+    """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
     scopes: tuple[str, ...] = ()

@@ -24,12 +24,12 @@ from mcp.shared.exceptions import MCPError
 
 from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.oversize import is_too_large, limit_text
+from omega_mcp.proxy.modern import RESERVED_META
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
 __all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
 
-_RESERVED_META = "io.modelcontextprotocol/"
 _PROGRESS_DRAIN_SECONDS = 2.0
 
 
@@ -98,19 +98,24 @@ async def forward_call(
     *,
     progress: ProgressFnT | None = None,
     meta: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Wire:
     """Send one tools/call and return the result as wire JSON; failures are isError results.
+
+    `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
+    `requestState`), passed on as they are; for a 2026-era client an input-required round of a
+    2026-era server comes back as it is (`resultType: "input_required"`).
 
     Raises:
         DownstreamRefusedError: the server answered with a JSON-RPC error (not a timeout or a lost
             connection); an MCP client gets that error as it is.
     """
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
-    params: dict[str, Any] = {"name": tool_name, "arguments": arguments}
+    params: dict[str, Any] = {**(extra or {}), "name": tool_name, "arguments": arguments}
     if meta:
         # The progress token and the 2026 envelope keys belong to one hop (the dispatcher mints
         # our own); everything else (a client's tracing or tool-use ids) passes on.
-        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_RESERVED_META)}
+        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(RESERVED_META)}
         if forwarded:
             params["_meta"] = forwarded
     tracked = _Progress(progress) if progress is not None else None
@@ -137,6 +142,8 @@ async def forward_call(
         return error_wire(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
     if tracked is not None:
         await tracked.drain()
+    if result.get("resultType") == "input_required":
+        return result  # the client's own round to answer (only a 2026-era client is handed one)
     if not isinstance(result.get("content"), list):
         return checked_wire(result, invalid=invalid_result(server_name, tool_name))
     return result

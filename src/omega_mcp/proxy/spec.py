@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from omega_mcp._sdk import Transport
 from omega_mcp.config import HubConfig, ServerConfig, omega_home
 from omega_mcp.narrow import as_object
+from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
 from omega_mcp.proxy.spawn import launch_problem
@@ -65,7 +66,9 @@ class DownstreamSpec:
     guard: LaunchGuard | None = None
     """Where a stdio server may start from (`sandbox/untrusted.py`): every start asks it, restarts too."""
     max_message_bytes: int = _MAX_MESSAGE_MB << 20
-    """`[hub] max_message_mb`: the longest message read from a stdio server before it is stopped."""
+    """`[hub] max_message_mb`: the longest message taken from the server (a longer answer fails its request)."""
+    era: EraChoice = "auto"
+    """`era` in servers.toml: the era it offers (2026-07-28 first), or only `handshake` / `modern`."""
 
     @classmethod
     def from_config(
@@ -123,6 +126,7 @@ class DownstreamSpec:
             oauth=oauth,
             guard=guard,
             max_message_bytes=max_message_mb << 20,
+            era=config.era,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:

@@ -79,8 +79,8 @@ class StdioTransport(AsyncContextManagerMixin):
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self.exited_by_itself = False
         """Whether the server exited (or closed stdout) before omega asked it to stop."""
-        self.early_initialize = False
-        """Whether `initialize` was already sent by `EarlyStarts.start` (its answer is the first to read)."""
+        self.early_asked: tuple[str, ...] = ()
+        """What `EarlyStarts.start` already asked (`discover`, `initialize`): their answers are read first."""
         self._stopping = False
         self._stopped = False
         self._open_fds: set[int] = set()
@@ -96,7 +96,7 @@ class StdioTransport(AsyncContextManagerMixin):
         if spawned is None:
             guard = (self._guard, self.server_name) if self._guard is not None else None
             spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement, guard=guard)
-        self.early_initialize = spawned.initialize_sent
+        self.early_asked = spawned.asked
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned
 

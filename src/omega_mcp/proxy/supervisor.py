@@ -7,11 +7,11 @@ with exponential backoff (1 s doubling to 60 s, reset after 30 s up), while the 
 working. Startup, decided: `initialize` is answered at once; the first `tools/list` waits until
 every server has connected or failed (at most `startup_wait_seconds`: 10 s under `serve`), and
 servers arriving later are announced with `notifications/tools/list_changed`, like every change
-of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
-Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
-does, it carries list_changed and cancellation, and costs no `server/discover` probe.
-Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`); the
-servers' own requests (sampling, elicitation, roots) are routed by client_requests.py.
+of the exported lists (version counters below; a downstream's list change is followed by a re-list).
+Each downstream is spoken to in the era it speaks (session.py). Prompts and resources are
+re-exported by the rules in catalog.py (`Downstreams.exports`), resource subscriptions kept by
+subscriptions.py (`resources_updated` delivers the updates); the servers' own requests
+(sampling, elicitation, roots) are routed by client_requests.py.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.proxy.streams import quiet_transport_logs
+from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
 from omega_mcp.sandbox.servers import server_policy
 from omega_mcp.sandbox.untrusted import LaunchGuard
@@ -139,6 +140,10 @@ class Downstreams(AsyncContextManagerMixin):
         self._logged: set[tuple[str, str]] = set()
         self.exports = Exports(self._connected)
         """The connected servers' prompts and resources, re-exported (prompts/list, resources/read, ...)."""
+        self.subscriptions = Subscriptions(self.exports.owner_of)
+        """Who subscribed to which resource (resources/subscribe, subscriptions/listen filters)."""
+        self.resources_updated: UpdateSink | None = None
+        """Delivers a server's `resources/updated` to its subscribers (set by the MCP server)."""
         self._update_settled()
 
     @classmethod
@@ -207,10 +212,12 @@ class Downstreams(AsyncContextManagerMixin):
         with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
             try:
                 async with session:
+                    session.on_updated = self._updated
                     catalog = await session.catalog()
                     connect_scope.deadline = math.inf
                     connected_at = anyio.current_time()
                     self._publish(entry, session, catalog)
+                    await self.subscriptions.reconnected(spec.server_name, session)
                     try:
                         await self._follow(entry, session)
                     finally:
@@ -387,11 +394,13 @@ class Downstreams(AsyncContextManagerMixin):
         *,
         progress: ProgressFnT | None = None,
         meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Forward one call and return the downstream's result as wire JSON, untouched.
 
         Failures (down server, timeout, lost connection) are isError results; a JSON-RPC error the
-        server answered with raises `DownstreamRefusedError`.
+        server answered with raises `DownstreamRefusedError`. `extra`: the client's other call
+        fields (a 2026-era retry's `inputResponses`, `requestState`), passed on.
         """
         entry = self._entries.get(server_name)
         if entry is None:
@@ -399,7 +408,7 @@ class Downstreams(AsyncContextManagerMixin):
         if entry.session is None:
             return error_wire(self.down_message(server_name))
         with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
-            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
 
     async def send_roots_list_changed(self) -> None:
         """Send `notifications/roots/list_changed` to every connected server (bounded, best effort)."""
@@ -408,9 +417,17 @@ class Downstreams(AsyncContextManagerMixin):
                 continue
             with anyio.move_on_after(_NOTIFY_SECONDS):
                 try:
-                    await entry.session.session.send_notification(types.RootsListChangedNotification())
+                    await entry.session.notify_roots_changed()
                 except Exception as exc:  # boundary: one server going away must not stop the others
                     logger.debug("[%s] roots/list_changed not delivered: %s", name, exc)
+
+    # -- resource subscriptions (rules in subscriptions.py) ----------------------------------
+
+    async def _updated(self, server_name: str, uri: str) -> None:
+        sink = self.resources_updated
+        subscribers = self.subscriptions.subscribers(server_name, uri)
+        if sink is not None and subscribers:
+            await sink(uri, subscribers)
 
     # -- prompts and resources (rules in catalog.py) ------------------------------------------
 

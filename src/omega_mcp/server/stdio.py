@@ -124,7 +124,14 @@ async def serve_streams(
             and isinstance(read_stream, PipeReader)
             and isinstance(write_stream, PipeWriter)
         ):
-            relay_calls = Relay(server.toolbox, catalog, write_stream, task_group, server_info=server.server_info_stamp)
+            relay_calls = Relay(
+                server.toolbox,
+                catalog,
+                write_stream,
+                task_group,
+                server_info=server.server_info_stamp,
+                log_level=server.client_log_level,
+            )
             read_stream.intercept = relay_calls.from_client
         await server.run(read_stream, write_stream, server.initialization_options())
         task_group.cancel_scope.cancel()
