@@ -21,7 +21,7 @@ import math
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
@@ -41,6 +41,7 @@ from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
+from omega_mcp.proxy.status import ServerState, ServerStatus, lost_state
 from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
@@ -52,26 +53,6 @@ __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerSta
 logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
-
-
-def _lost_state(spec: DownstreamSpec) -> ServerState:
-    """What a server that was connected is doing now: a process is restarted, a URL reconnected."""
-    return "reconnecting" if isinstance(spec.target, str) else "restarting"
-
-
-ServerState = Literal["connecting", "connected", "failed", "restarting", "reconnecting", "disabled"]
-
-
-@dataclass(frozen=True, slots=True)
-class ServerStatus:
-    """One server as `omega-mcp tools` shows it."""
-
-    server_name: str
-    state: ServerState
-    reason: str | None
-    retry_in_seconds: float | None
-    tools: tuple[str, ...]
-    pid: int | None = None
 
 
 @dataclass(slots=True)
@@ -196,7 +177,7 @@ class Downstreams(AsyncContextManagerMixin):
                 failures = 0
             delay = min(base * 2**failures, ceiling)
             failures += 1
-            entry.state = "failed" if entry.state in ("connecting", "failed") else _lost_state(entry.spec)
+            entry.state = "failed" if entry.state in ("connecting", "failed") else lost_state(entry.spec)
             entry.reason, entry.retry_at = reason, now + delay
             self._log_down(entry, reason, delay)
             self._mark_settled(entry)
@@ -247,7 +228,7 @@ class Downstreams(AsyncContextManagerMixin):
             except (MCPError, TimeoutError, ValidationError) as exc:
                 logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
                 continue
-            self._publish(entry, session, catalog)
+            self._publish(entry, session, catalog, announce=kinds)  # passed on even when the list looks the same
 
     def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
         name = entry.spec.server_name
@@ -259,7 +240,9 @@ class Downstreams(AsyncContextManagerMixin):
 
     # -- publication -------------------------------------------------------------------------
 
-    def _publish(self, entry: _Entry, session: DownstreamSession, catalog: Catalog) -> None:
+    def _publish(
+        self, entry: _Entry, session: DownstreamSession, catalog: Catalog, announce: set[str] | None = None
+    ) -> None:
         if entry.session is not session:
             info = session.server_info
             logger.info(
@@ -269,21 +252,23 @@ class Downstreams(AsyncContextManagerMixin):
                 len(catalog.tools),
             )
         entry.session, entry.state, entry.reason, entry.retry_at = session, "connected", None, None
-        self._replace_catalog(entry, catalog)
+        self._replace_catalog(entry, catalog, announce or set())
         self._mark_settled(entry)
 
     def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
         entry.session = None
-        entry.state, entry.reason = _lost_state(entry.spec), session.close_reason or "the connection ended"
+        entry.state, entry.reason = lost_state(entry.spec), session.close_reason or "the connection ended"
         self._replace_catalog(entry, Catalog())
 
-    def _replace_catalog(self, entry: _Entry, catalog: Catalog) -> None:
+    def _replace_catalog(self, entry: _Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
         old, entry.catalog = entry.catalog, catalog
         entry.tools_by_name = {t.name: t for t in catalog.tools}
+        said = announce or set()
         changed = (
-            old.tools != catalog.tools,
-            old.prompts != catalog.prompts,
-            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates),
+            old.tools != catalog.tools or "tools" in said,
+            old.prompts != catalog.prompts or "prompts" in said,
+            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates)
+            or "resources" in said,
         )
         if not any(changed):
             return

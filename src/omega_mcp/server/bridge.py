@@ -34,6 +34,7 @@ from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.loglevels import allows
 from omega_mcp.proxy.client_requests import CALLER, InputRequest
 
 __all__ = ["IDLE_SECONDS", "STATE_PREFIX", "Bridge", "ModernCaller", "Unreachable", "asks_nothing"]
@@ -82,8 +83,10 @@ class ModernCaller:
         logger.debug("%s dropped: a 2026-07-28 client has no channel for it", notification.method)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        try:  # the session lets through what this request's `_meta` log level asked for, on its stream
-            await self.session.send_log_message(params.level, params.data, params.logger)  # pyright: ignore[reportDeprecated]
+        if not allows(self.log_level, params.level):  # what this request's `_meta` log level asked for
+            return
+        try:  # on the request's own stream (any related id makes it request-scoped)
+            await self.session.send_notification(types.LoggingMessageNotification(params=params), related_request_id=0)
         except Exception as exc:  # boundary: a client that went away just misses it
             logger.debug("a log message was not delivered: %s", exc)
 
