@@ -617,3 +617,89 @@ async def test_over_the_http_hub_each_client_answers_its_own_calls_requests(http
         two = await second.call_tool("mcp__s__ask", {"text": "y"})
     assert text_of(one).split(" | ")[0] == "first"
     assert text_of(two).split(" | ")[:2] == ["second", "file:///client/project"]
+
+
+# -- the bridge's rounds: one state per round, prompts too, clients independent ------------------
+
+
+async def _name_of(ctx: Any, question: str) -> str:
+    metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+    request = types.ElicitRequest(params=types.ElicitRequestFormParams(message=question, requested_schema=FORM))
+    answer = await ctx.session.send_request(request, types.ElicitResult, metadata=metadata)
+    return str((answer.content or {}).get("color"))
+
+
+async def test_each_bridged_round_has_a_state_of_its_own_and_a_used_one_is_refused(rwx_policy: SandboxPolicy):
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        first, second = await _name_of(ctx, "one?"), await _name_of(ctx, "two?")
+        return types.CallToolResult(content=[types.TextContent(text=f"{first}+{second}")])
+
+    def answer(color: str) -> types.InputResponses:
+        return {"k": types.ElicitResult(action="accept", content={"color": color})}
+
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
+        async with client(omega, "auto", elicitation_callback=answer_form) as c:
+            one = await c.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(one, types.InputRequiredResult) and one.request_state
+            key = next(iter(one.input_requests or {}))
+            two = await c.session.call_tool(
+                "mcp__d__echo",
+                {"text": "x"},
+                input_responses={key: answer("red")["k"]},
+                request_state=one.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(two, types.InputRequiredResult) and two.request_state
+            with pytest.raises(MCPError) as reused:
+                await c.session.call_tool(
+                    "mcp__d__echo", {"text": "x"}, request_state=one.request_state, allow_input_required=True
+                )
+            key = next(iter(two.input_requests or {}))
+            done = await c.session.call_tool(
+                "mcp__d__echo",
+                {"text": "x"},
+                input_responses={key: answer("blue")["k"]},
+                request_state=two.request_state,
+                allow_input_required=True,
+            )
+    assert one.request_state != two.request_state
+    assert reused.value.code == types.INVALID_PARAMS
+    assert isinstance(done, types.CallToolResult) and text_of(done) == "red+blue"
+
+
+async def test_a_prompt_that_asks_mid_request_reaches_a_2026_client_as_rounds(rwx_policy: SandboxPolicy):
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[types.Prompt(name="paint")])
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        color = await _name_of(ctx, "favourite color?")
+        message = types.PromptMessage(role="user", content=types.TextContent(text=f"paint it {color}"))
+        return types.GetPromptResult(messages=[message])
+
+    server = downstream("d", on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    async with hub(rwx_policy, legacy_spec("d", server)) as (_, _, omega):
+        async with client(omega, "auto", elicitation_callback=answer_form) as c:
+            result = await c.get_prompt("d__paint")  # the SDK client's own driver answers the round
+        async with client(omega, "legacy", elicitation_callback=answer_form) as c:
+            direct = await c.get_prompt("d__paint")  # a handshake-era client is simply asked
+    for got in (result, direct):
+        content = got.messages[0].content
+        assert isinstance(content, types.TextContent) and content.text == "paint it teal"
+
+
+async def test_an_abandoned_round_does_not_hold_up_another_clients_request(rwx_policy: SandboxPolicy):
+    """One client never comes back for its round; another client's call on the same server is asked at once."""
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=await _name_of(ctx, "favourite color?"))])
+
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
+        async with (
+            client(omega, "auto", elicitation_callback=answer_form) as leaving,
+            client(omega, "legacy", elicitation_callback=answer_form) as other,
+        ):
+            abandoned = await leaving.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(abandoned, types.InputRequiredResult)
+            with anyio.fail_after(5):
+                result = await other.call_tool("mcp__d__echo", {"text": "y"})
+    assert text_of(result) == "teal"
