@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.oversize import is_too_large, limit_text
 from omega_mcp.proxy.modern import RESERVED_META
+from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
@@ -130,6 +131,9 @@ async def forward_call(
             why = session.stopped_because()
             session.lose(why or "the server closed the connection")
             return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str), why=why))
+        oauth = session.spec.oauth
+        if oauth is not None and exc.code == types.INTERNAL_ERROR and (needs := step_up_needed(oauth)) is not None:
+            return error_wire(needs)  # refused for want of a scope only a login can get
         # The downstream's own error, as it is (code, message, data): e.g. -32042 drives a flow.
         raise DownstreamRefusedError(
             refused(server_name, tool_name, exc.message, exc.code),

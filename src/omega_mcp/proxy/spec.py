@@ -111,6 +111,7 @@ class DownstreamSpec:
                 client_id=config.client_id,
                 scopes=config.scopes,
                 client_metadata_url=config.client_metadata_url,
+                client_secret_env=config.client_secret_env,
             )
         return cls(
             server_name=server_name,

@@ -37,6 +37,7 @@ from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
+from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
@@ -430,5 +431,8 @@ class Downstreams(AsyncContextManagerMixin):
             stdio = entry.session.stdio if entry.session is not None else None
             pid = stdio.pid if stdio is not None else None
             tools = tuple(t.name for t in entry.catalog.tools)
-            result.append(ServerStatus(name, entry.state, entry.reason, retry, tools, pid))
+            reason = entry.reason
+            if entry.state == "connected" and entry.spec.oauth is not None:
+                reason = step_up_needed(entry.spec.oauth)  # connected, but some requests need a login
+            result.append(ServerStatus(name, entry.state, reason, retry, tools, pid))
         return result
