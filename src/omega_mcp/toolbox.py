@@ -329,6 +329,9 @@ class Toolbox(AsyncContextManagerMixin):
     def check_arguments(self, route: Route, args: dict[str, Any]) -> None:
         """Validate a downstream call's arguments against the tool's `inputSchema`.
 
+        An optional argument given as `null` counts as absent (models send them so, and a direct
+        client would pass them on for the server to judge); the call is forwarded as it is.
+
         Raises:
             InvalidArgumentsError: a field is wrong; the message names it.
         """
@@ -339,6 +342,9 @@ class Toolbox(AsyncContextManagerMixin):
         validator = self._validator(route, tool.input_schema)
         if validator is None:
             return
+        if None in args.values():
+            required = tool.input_schema.get("required") or ()
+            args = {k: v for k, v in args.items() if v is not None or k in required}
         try:
             error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
         except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself

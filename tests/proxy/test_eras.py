@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import anyio
-import mcp
 import pytest
 from mcp import types
 from mcp.server.lowlevel import Server

@@ -307,7 +307,7 @@ def test_client_secret_env_names_a_variable_of_a_configured_client(tmp_path: Pat
     for extra in ('client_secret_env = "X_SECRET"\n', 'client_id = "c"\nclient_secret_env = "not a name!"\n'):
         path = tmp_path / "servers.toml"
         path.write_text(f'[servers.x]\nurl = "https://example.com/mcp"\nauth = "oauth"\n{extra}')
-        with pytest.raises(Exception, match="client_secret_env.*never the secret itself"):
+        with pytest.raises(Exception, match=r"client_secret_env.*never the secret itself"):
             load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
 
 

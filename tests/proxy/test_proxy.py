@@ -109,6 +109,31 @@ async def test_arguments_are_checked_against_the_downstream_schema_before_forwar
     assert calls == []
 
 
+@MODES
+async def test_an_optional_argument_given_as_null_is_forwarded_as_it_is(rwx_policy: SandboxPolicy, mode: str):
+    """As a direct client would send it: the server judges a null it did not require (a required one is refused)."""
+    seen: list[dict[str, Any]] = []
+    tool = types.Tool(
+        name="region",
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "region": {"type": "string"}},
+            "required": ["name"],
+        },
+    )
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        seen.append(dict(params.arguments or {}))
+        return types.CallToolResult(content=[])
+
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", [tool], call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            passed = await c.call_tool("mcp__d__region", {"name": "x", "region": None})
+            refused = await c.call_tool("mcp__d__region", {"name": None})
+    assert not passed.is_error and seen == [{"name": "x", "region": None}]
+    assert refused.is_error and "`name`" in refused.content[0].text  # type: ignore[union-attr]
+
+
 async def test_a_schema_that_cannot_be_checked_offline_is_left_to_the_downstream(
     rwx_policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
 ):
