@@ -76,9 +76,14 @@ async def roots(ctx: Any) -> types.ListRootsResult:
 
 def stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     """The least arguments that satisfy a schema's `required` list."""
-    typed = {"string": "x", "integer": 0, "number": 0, "boolean": False, "object": {}, "array": [], "null": None}
+    typed: dict[str, Any] = {"string": "x", "integer": 0, "number": 0, "boolean": False, "object": {}, "array": []}
+    typed["null"] = None
     properties = schema.get("properties") or {}
-    return {name: typed.get((properties.get(name) or {}).get("type"), "x") for name in schema.get("required") or []}
+    stubs: dict[str, Any] = {}
+    for name in schema.get("required") or []:
+        kind = (properties.get(name) or {}).get("type")
+        stubs[name] = typed.get(kind, "x") if isinstance(kind, str) else "x"
+    return stubs
 
 
 # -- the scenarios -----------------------------------------------------------------------------
