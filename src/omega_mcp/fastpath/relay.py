@@ -314,7 +314,7 @@ class Relay:
         if failed:
             await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
             return
-        if call.modern and not call.passed:
+        if call.modern:  # a server's own 2026 answer has both already; one omega wrote (a timeout) gets them
             result = self._envelope(result)
         await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
 
