@@ -153,7 +153,7 @@ MODERN_SERVER = Path(__file__).parents[1] / "fixtures" / "modern_server.py"
 MODERN_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("mcp__m__echo", {"text": "héllo"}),
     ("mcp__m__echo", {}),  # invalid arguments: caught by omega before the server
-    ("mcp__m__sleep", {"seconds": 30}),  # past the server's timeout: cancelled, isError
+    ("mcp__m__big", {"size": 2 << 20}),  # past max_message_mb: an answer omega writes, isError
     ("mcp__m__ask", {}),  # a 2026-era round: answered with the client's answer, or handed to a 2026-era client
 ]
 
@@ -168,7 +168,7 @@ async def test_with_a_2026_era_server_the_relay_and_the_sdk_path_agree(policy: S
     """A 2026-era client's call goes to the server as it is (envelope, rounds); a handshake-era one's
     over a handshake-era link of its own: the relay takes both, and answers as the SDK path does."""
     target = StdioServerParameters(command=sys.executable, args=[str(MODERN_SERVER)])
-    spec = DownstreamSpec("m", target, timeout_seconds=1.0)
+    spec = DownstreamSpec("m", target, max_message_bytes=1 << 20)
     async with Downstreams([spec]) as downstreams, Toolbox(policy, downstreams) as toolbox:
         server = build_server(toolbox, catalog=downstreams)
         await downstreams.wait_ready()
