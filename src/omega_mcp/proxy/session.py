@@ -194,11 +194,7 @@ class DownstreamSession(AsyncContextManagerMixin):
             self.close_reason = reason
             self.closed.set()
             self._wake.set()
-            for callback in self._close_callbacks:
-                try:
-                    callback()
-                except Exception:  # boundary: an observer must not break the connection's shutdown
-                    logger.exception("[%s] close callback failed", self.spec.server_name)
+            self._closed_callbacks()
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Call `callback` (synchronously, once) when the connection ends, or when its second link does."""
@@ -320,8 +316,14 @@ class DownstreamSession(AsyncContextManagerMixin):
                 )
         finally:
             self._second = None
-            for callback in self._close_callbacks:
+            self._closed_callbacks()
+
+    def _closed_callbacks(self) -> None:
+        for callback in self._close_callbacks:
+            try:
                 callback()
+            except Exception:  # boundary: an observer must not break the connection's shutdown
+                logger.exception("[%s] close callback failed", self.spec.server_name)
 
     def _envelope(self, caller: Caller | None, channel: ModernChannel) -> Envelope:
         if caller is None:
