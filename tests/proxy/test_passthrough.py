@@ -533,6 +533,18 @@ async def test_through_the_cli_a_stdio_servers_requests_reach_the_client(tmp_pat
 
 
 @MODES
+async def test_through_the_cli_a_stdio_servers_request_while_a_prompt_is_got_reaches_the_client(
+    tmp_path: Path, mode: str
+):
+    """Over stdio nothing says whose request it is: the client whose `prompts/get` runs there is asked."""
+    async with mcp.Client(omega_serve(tmp_path), mode=mode, sampling_callback=answer_sampling) as c:
+        await c.list_prompts()
+        got = await c.get_prompt("s__sampled")
+    content = got.messages[0].content
+    assert isinstance(content, types.TextContent) and content.text == "LLM<prompt>"
+
+
+@MODES
 async def test_through_the_cli_a_client_without_callbacks_gets_a_clean_decline(tmp_path: Path, mode: str):
     async with mcp.Client(omega_serve(tmp_path), mode=mode) as c:
         first = await c.call_tool("mcp__s__ask", {"text": "x"})

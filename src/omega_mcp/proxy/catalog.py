@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mcp import types
@@ -39,11 +40,20 @@ def _matches(template: str, uri: str) -> bool:
         return False
 
 
+def _untracked(server_name: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
 class Exports:
     """The re-exported prompts and resources of a changing set of connected servers."""
 
-    def __init__(self, connected: Callable[[], Connected]) -> None:
+    def __init__(
+        self, connected: Callable[[], Connected], calling: Callable[[str], AbstractContextManager[None]] | None = None
+    ) -> None:
+        """`calling(server_name)` marks the current client's request as running on that server while it
+        does (`ClientRequests.calling`), so that what the server asks meanwhile finds its client."""
         self._connected = connected
+        self._calling: Callable[[str], AbstractContextManager[None]] = calling if calling is not None else _untracked
         self._warned: set[tuple[str, str, str]] = set()
 
     def prompts(self) -> list[types.Prompt]:
@@ -64,7 +74,8 @@ class Exports:
             own = server_of_prompt(server_name, name)
             if own is not None and any(p.name == own for p in catalog.prompts):
                 sent = {**params, "name": own}
-                return await session.request("prompts/get", sent, timeout_seconds=session.spec.timeout_seconds)
+                with self._calling(server_name):
+                    return await session.request("prompts/get", sent, timeout_seconds=session.spec.timeout_seconds)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -147,6 +158,7 @@ class Exports:
         owner = self.owner_of(uri)
         if owner is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
-        session = owner[1]
+        server_name, session = owner
         params = {**(extra or {}), "uri": uri}
-        return await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)
+        with self._calling(server_name):
+            return await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)

@@ -120,7 +120,7 @@ class Downstreams(AsyncContextManagerMixin):
         self._tools_cache: tuple[tuple[str, types.Tool], ...] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._logged: set[tuple[str, str]] = set()
-        self.exports = Exports(self._connected)
+        self.exports = Exports(self._connected, self.client_requests.calling)
         """The connected servers' prompts and resources, re-exported (prompts/list, resources/read, ...)."""
         self.subscriptions = Subscriptions(self.exports.owner_of)
         """Who subscribed to which resource (resources/subscribe, subscriptions/listen filters)."""
