@@ -13,6 +13,7 @@ every scenario would be most of the time.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
         warm.wait()
         if warm.stdout is not None:
             warm.stdout.close()
+        shutil.rmtree(socket_path.parent, ignore_errors=True)
 
 
 @pytest.mark.parametrize("era", sorted(SCENARIOS))
