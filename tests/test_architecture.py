@@ -290,3 +290,28 @@ def test_the_search_index_is_pure_python_without_mcp_or_io() -> None:
         )
     ]
     assert not offenders, "search/ must stay pure:\n" + "\n".join(offenders)
+
+
+def _unit(package: Scan, name: str) -> str:
+    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.pipes`) a module belongs to."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else name
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """Packages are layers: `fastpath/` may use `proxy/`, never the other way round (their shared pipe
+    framing lives below both, in `omega_mcp.pipes`)."""
+    package = omega()
+    edges: dict[str, set[str]] = {}
+    for importer, targets in package.graph.items():
+        for target in targets:
+            a, b = _unit(package, importer), _unit(package, target)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    both = sorted(
+        (a, b)
+        for a in edges
+        for b in edges[a]
+        if a < b and a in edges.get(b, set())
+    )
+    assert not both, "packages importing each other both ways:\n" + "\n".join(f"{a} <-> {b}" for a, b in both)

@@ -112,8 +112,11 @@ class DownstreamTools(Protocol):
         *,
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
-        """Forward one call; the downstream's result as wire JSON, untouched (failures are isError)."""
+        """Forward one call; the downstream's result as wire JSON, untouched (failures are isError).
+
+        `extra`: the client's other call fields (`inputResponses`, `requestState`), passed on."""
         ...
 
 
@@ -274,6 +277,7 @@ class Toolbox(AsyncContextManagerMixin):
         meta: Mapping[str, Any] | None = None,
         approve: Approver | None = None,
         owner: object | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
 
@@ -281,6 +285,8 @@ class Toolbox(AsyncContextManagerMixin):
         passed on to a downstream server. `approve` asks the caller's user to allow a write outside the
         roots once (`on_denied = "ask"`); None denies it. `owner` is the caller's session (the MCP
         server's connection; None for the process itself): it sees only its own background shells.
+        `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
+        `requestState`) for a downstream; its answer may then be an input-required round.
         This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
         validator compiled once per tool, and the downstream's result is not parsed into models.
 
@@ -296,7 +302,7 @@ class Toolbox(AsyncContextManagerMixin):
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta
+                route.server_name, route.tool_name, args, progress=progress, meta=meta, extra=extra
             )
         except (UnknownToolError, DownstreamRefusedError):
             raise
@@ -388,6 +394,9 @@ class Toolbox(AsyncContextManagerMixin):
     def check_arguments(self, route: Route, args: dict[str, Any]) -> None:
         """Validate a downstream call's arguments against the tool's `inputSchema`.
 
+        An optional argument given as `null` counts as absent (models send them so, and a direct
+        client would pass them on for the server to judge); the call is forwarded as it is.
+
         Raises:
             InvalidArgumentsError: a field is wrong; the message names it.
         """
@@ -398,6 +407,9 @@ class Toolbox(AsyncContextManagerMixin):
         validator = self._validator(route, tool.input_schema)
         if validator is None:
             return
+        if None in args.values():
+            required = tool.input_schema.get("required") or ()
+            args = {k: v for k, v in args.items() if v is not None or k in required}
         try:
             error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
         except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself

@@ -110,6 +110,31 @@ async def test_arguments_are_checked_against_the_downstream_schema_before_forwar
     assert calls == []
 
 
+@MODES
+async def test_an_optional_argument_given_as_null_is_forwarded_as_it_is(rwx_policy: SandboxPolicy, mode: str):
+    """As a direct client would send it: the server judges a null it did not require (a required one is refused)."""
+    seen: list[dict[str, Any]] = []
+    tool = types.Tool(
+        name="region",
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "region": {"type": "string"}},
+            "required": ["name"],
+        },
+    )
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        seen.append(dict(params.arguments or {}))
+        return types.CallToolResult(content=[])
+
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", [tool], call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            passed = await c.call_tool("mcp__d__region", {"name": "x", "region": None})
+            refused = await c.call_tool("mcp__d__region", {"name": None})
+    assert not passed.is_error and seen == [{"name": "x", "region": None}]
+    assert refused.is_error and "`name`" in refused.content[0].text  # type: ignore[union-attr]
+
+
 async def test_a_schema_that_cannot_be_checked_offline_is_left_to_the_downstream(
     rwx_policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
 ):
@@ -187,7 +212,15 @@ async def test_request_meta_is_passed_downstream_without_the_per_hop_keys(rwx_po
         async with client(server, mode) as c:
             await c.call_tool("mcp__d__echo", {"text": "x"}, meta={"vendor/tool-use-id": "tu-1"})
     assert seen[0]["vendor/tool-use-id"] == "tu-1"
-    assert not [k for k in seen[0] if k.startswith("io.modelcontextprotocol/")]
+    reserved = {k: v for k, v in seen[0].items() if k.startswith("io.modelcontextprotocol/")}
+    if mode == "legacy":  # a handshake-era client's call goes over a handshake-era link: no envelope
+        assert reserved == {}
+    else:  # a 2026-era one's carries this hop's envelope: the client's own info and capabilities
+        assert reserved["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert reserved["io.modelcontextprotocol/clientInfo"]["name"] == "mcp"
+        assert set(reserved) == {
+            f"io.modelcontextprotocol/{k}" for k in ("protocolVersion", "clientInfo", "clientCapabilities")
+        }
 
 
 @MODES
@@ -289,7 +322,8 @@ async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx
     tools = [echo_tool("one")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+    spec = downstream_spec("d", downstream("d", tools, sessions=sessions), era="handshake")  # notifies the session
+    async with hub(rwx_policy, spec) as (ds, _, server):
         await ds.wait_ready()  # no startup announcements: the one notification below is the change
         async with client(server, message_handler=notes) as c:
             assert "mcp__d__one" in [t.name for t in (await c.list_tools()).tools]

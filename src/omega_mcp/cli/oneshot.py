@@ -40,7 +40,7 @@ def _state(status: ServerStatus) -> str:
 
 def _reason(status: ServerStatus) -> str | None:
     if _state(status) != "failed":
-        return None
+        return status.reason if status.state == "connected" else None  # connected, but a login is needed
     if status.reason:
         return status.reason
     return "did not connect in time" if status.state == "connecting" else "not connected"
@@ -49,7 +49,8 @@ def _reason(status: ServerStatus) -> str | None:
 def _server_line(status: ServerStatus, confinement: dict[str, object]) -> str:
     if status.state == "connected":
         how = (", confined" + (" with network" if confinement["network"] else "")) if confinement["confined"] else ""
-        return f"{status.server_name}: connected ({len(status.tools)} tools{how})"
+        needs = f"; {status.reason}" if status.reason else ""
+        return f"{status.server_name}: connected ({len(status.tools)} tools{how}){needs}"
     if status.state == "disabled":
         return f"{status.server_name}: disabled"
     return f"{status.server_name}: failed: {_reason(status)}"

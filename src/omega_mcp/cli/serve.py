@@ -92,10 +92,11 @@ async def _serve(
                     token_file=policy.token_file,
                     sockets=sockets,
                     allowed_hosts=config.hub.allowed_hosts,
+                    max_message_bytes=config.hub.max_message_mb << 20,
                 )
             else:
                 logger.info("serving MCP on stdio")
-                await run_stdio(server)
+                await run_stdio(server, max_message_bytes=config.hub.max_message_mb << 20)
             tg.cancel_scope.cancel()
     return EXIT_OK
 

@@ -58,6 +58,7 @@ OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
 PROBLEMS = "omega_server_problems"
@@ -261,8 +262,12 @@ class ServerConfig(_Strict):
     exclude_tools: tuple[str, ...] = ()
     sandbox: ServerSandbox | None = None
     """How a stdio server is confined; None follows `[sandbox] servers`."""
+    era: Literal["auto", "handshake", "modern"] = "auto"
+    """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
+    client_secret_env: str | None = None
+    """The environment variable holding a pre-registered confidential client's secret (never the secret itself)."""
     scopes: tuple[str, ...] = ()
     client_metadata_url: str | None = None
 
@@ -316,9 +321,20 @@ class ServerConfig(_Strict):
         url, unresolved = self.url, as_object(info.context).get(UNRESOLVED_URLS) or ()
         if url is not None and not url.startswith(("http://", "https://")) and url not in unresolved:
             raise ValueError(f"`url` must start with http:// or https://, got {url!r}")
-        remote_only = [key for key in ("auth", "client_id", "client_metadata_url") if getattr(self, key) is not None]
+        remote_only = [
+            key
+            for key in ("auth", "client_id", "client_secret_env", "client_metadata_url")
+            if getattr(self, key) is not None
+        ]
         if self.url is None and (remote_only or self.scopes):
             raise ValueError(f"`{(remote_only or ['scopes'])[0]}` is for remote servers (`url`), not `command`")
+        if self.client_secret_env is not None and (
+            self.client_id is None or not _ENV_NAME.match(self.client_secret_env)
+        ):
+            raise ValueError(
+                "`client_secret_env` names the environment variable holding the secret of the client "
+                '`client_id` names (e.g. client_secret_env = "GITHUB_MCP_SECRET"): never the secret itself'
+            )
         if self.url is not None and self.sandbox is not None:
             raise ValueError("`sandbox` confines a stdio server (`command`); a remote server runs elsewhere")
         return self
@@ -378,7 +394,8 @@ class HubConfig(_Strict):
     """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
 
     max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
-    """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
+    """The longest message (MiB) omega takes or passes on, either way and on both transports: a longer
+    answer fails that one request (a long line that names no request stops its stdio server)."""
     tool_search: ToolSearchMode = "auto"
     """List every tool ("off"), or the always-visible ones plus `search_tools`/`call_tool` ("on"; "auto":
     when the tools' definitions exceed 40,000 characters)."""

@@ -7,10 +7,11 @@ started by `spawn.py`, which may have done so before the SDK was even imported),
 the pipes through `pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
 what a supervisor needs: the pid, the exit status and the last lines of stderr, so "server X is
 down" can say why (`decisive_lines`: the error lines among them, not only the last line, which is
-often a hint or where a log went). A message longer than `[hub] max_message_mb` ends the connection
-(`overflow`) and the server is killed at once: omega never buffers more than that bound. The
-server's stderr goes to our log, line by line. A crash is noticed by the exit status as well as by EOF: a
-grandchild that inherited stdout can keep the pipe open.
+often a hint or where a log went). omega never buffers more than `[hub] max_message_mb` of one
+message. The server's stderr goes to our log, line by line. A crash is noticed by the exit status as
+well as by EOF: a grandchild that inherited stdout can keep the pipe open. An answer longer than `[hub]
+max_message_mb` is dropped as it is read and fails that request only (`oversize.py`); only a long
+line that names no request it answers ends the connection.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import anyio
 from anyio import AsyncContextManagerMixin
 from mcp.client.stdio import StdioServerParameters
 
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.oversize import Oversize, limit_text, too_large_error
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group
@@ -79,8 +81,8 @@ class StdioTransport(AsyncContextManagerMixin):
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self.exited_by_itself = False
         """Whether the server exited (or closed stdout) before omega asked it to stop."""
-        self.early_initialize = False
-        """Whether `initialize` was already sent by `EarlyStarts.start` (its answer is the first to read)."""
+        self.early_asked: tuple[str, ...] = ()
+        """What `EarlyStarts.start` already asked (`discover`, `initialize`): their answers are read first."""
         self._stopping = False
         self._stopped = False
         self._open_fds: set[int] = set()
@@ -96,7 +98,7 @@ class StdioTransport(AsyncContextManagerMixin):
         if spawned is None:
             guard = (self._guard, self.server_name) if self._guard is not None else None
             spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement, guard=guard)
-        self.early_initialize = spawned.initialize_sent
+        self.early_asked = spawned.asked
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned
 
@@ -107,6 +109,7 @@ class StdioTransport(AsyncContextManagerMixin):
         process = spawned.process
         self.pid = process.pid
         reader = self._reader = PipeReader(spawned.stdout, label=self.label, max_message_bytes=self._max_message_bytes)
+        reader.oversize = self._oversized
         writer = PipeWriter(spawned.stdin, label=self.label)
         try:
             async with anyio.create_task_group() as task_group:
@@ -123,6 +126,22 @@ class StdioTransport(AsyncContextManagerMixin):
                 if not self._stopped:  # we never got as far as the shutdown above
                     await self._stop(process, reader, writer)
             self._close_fds()
+
+    async def _oversized(self, oversize: Oversize) -> dict[str, object] | None:
+        """An answer over the bound fails its request; a request or notification is dropped; a line
+        that names nothing ends the connection (the server would wait on an answer forever)."""
+        limit = self._max_message_bytes
+        assert limit is not None and self._reader is not None
+        request_id = oversize.request_id
+        what = f"a message of {oversize.size} bytes, longer than {limit_text(limit)}"
+        if oversize.has_method:
+            logger.warning("%s dropped %s (a request or notification)", self.label, what)
+            return None
+        if request_id is None:
+            self._reader.stop(f"a message exceeded {limit_text(limit)}")
+            return None
+        logger.warning("%s dropped %s: the request it answers fails", self.label, what)
+        return {"jsonrpc": "2.0", "id": request_id, "error": too_large_error(limit, oversize.size)}
 
     @property
     def overflow(self) -> str | None:

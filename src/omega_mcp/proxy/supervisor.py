@@ -10,11 +10,11 @@ working. Startup, decided: `initialize` is answered at once; a listing waits for
 agent and the one-shot commands); a call to a tool of a server still in its
 first attempt waits for that server only (`starting`, `wait_settled`, bounded by its connect
 timeout). Servers arriving later are announced with `notifications/tools/list_changed`, like every
-change of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
-Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
-does, it carries list_changed and cancellation, and costs no `server/discover` probe.
-Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`); the
-servers' own requests (sampling, elicitation, roots) are routed by client_requests.py.
+change of the exported lists (version counters below; a downstream's list change is followed by a
+re-list). Each downstream is spoken to in the era it speaks (session.py). Prompts and resources are
+re-exported by the rules in catalog.py (`Downstreams.exports`), resource subscriptions kept by
+subscriptions.py (`resources_updated` delivers the updates); the servers' own requests
+(sampling, elicitation, roots) are routed by client_requests.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import math
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
@@ -40,11 +40,14 @@ from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
+from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
+from omega_mcp.proxy.status import ServerState, ServerStatus, lost_state
 from omega_mcp.proxy.streams import quiet_transport_logs
+from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
 from omega_mcp.sandbox.servers import server_policy
 from omega_mcp.sandbox.untrusted import LaunchGuard
@@ -55,26 +58,6 @@ logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
 _SETTLE_MARGIN_SECONDS = 5.0  # how long a wait for a first attempt may outlast its connect timeout
-
-
-def _lost_state(spec: DownstreamSpec) -> ServerState:
-    """What a server that was connected is doing now: a process is restarted, a URL reconnected."""
-    return "reconnecting" if isinstance(spec.target, str) else "restarting"
-
-
-ServerState = Literal["connecting", "connected", "failed", "restarting", "reconnecting", "disabled"]
-
-
-@dataclass(frozen=True, slots=True)
-class ServerStatus:
-    """One server as `omega-mcp tools` shows it."""
-
-    server_name: str
-    state: ServerState
-    reason: str | None
-    retry_in_seconds: float | None
-    tools: tuple[str, ...]
-    pid: int | None = None
 
 
 @dataclass(slots=True)
@@ -142,8 +125,12 @@ class Downstreams(AsyncContextManagerMixin):
         self._tools_cache: tuple[tuple[str, types.Tool], ...] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._logged: set[tuple[str, str]] = set()
-        self.exports = Exports(self._connected)
+        self.exports = Exports(self._connected, self.client_requests.calling)
         """The connected servers' prompts and resources, re-exported (prompts/list, resources/read, ...)."""
+        self.subscriptions = Subscriptions(self.exports.owner_of)
+        """Who subscribed to which resource (resources/subscribe, subscriptions/listen filters)."""
+        self.resources_updated: UpdateSink | None = None
+        """Delivers a server's `resources/updated` to its subscribers (set by the MCP server)."""
         self._update_settled()
 
     @classmethod
@@ -196,7 +183,7 @@ class Downstreams(AsyncContextManagerMixin):
                 failures = 0
             delay = min(base * 2**failures, ceiling)
             failures += 1
-            entry.state = "failed" if entry.state in ("connecting", "failed") else _lost_state(entry.spec)
+            entry.state = "failed" if entry.state in ("connecting", "failed") else lost_state(entry.spec)
             entry.reason, entry.retry_at = reason, now + delay
             self._log_down(entry, reason, delay)
             self._mark_settled(entry)
@@ -212,10 +199,12 @@ class Downstreams(AsyncContextManagerMixin):
         with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
             try:
                 async with session:
+                    session.on_updated = self._updated
                     catalog = await session.catalog()
                     connect_scope.deadline = math.inf
                     connected_at = anyio.current_time()
                     self._publish(entry, session, catalog)
+                    await self.subscriptions.reconnected(spec.server_name, session)
                     try:
                         await self._follow(entry, session)
                     finally:
@@ -245,7 +234,7 @@ class Downstreams(AsyncContextManagerMixin):
             except (MCPError, TimeoutError, ValidationError) as exc:
                 logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
                 continue
-            self._publish(entry, session, catalog)
+            self._publish(entry, session, catalog, announce=kinds)  # passed on even when the list looks the same
 
     def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
         name = entry.spec.server_name
@@ -257,7 +246,9 @@ class Downstreams(AsyncContextManagerMixin):
 
     # -- publication -------------------------------------------------------------------------
 
-    def _publish(self, entry: _Entry, session: DownstreamSession, catalog: Catalog) -> None:
+    def _publish(
+        self, entry: _Entry, session: DownstreamSession, catalog: Catalog, announce: set[str] | None = None
+    ) -> None:
         if entry.session is not session:
             info = session.server_info
             logger.info(
@@ -267,21 +258,23 @@ class Downstreams(AsyncContextManagerMixin):
                 len(catalog.tools),
             )
         entry.session, entry.state, entry.reason, entry.retry_at = session, "connected", None, None
-        self._replace_catalog(entry, catalog)
+        self._replace_catalog(entry, catalog, announce or set())
         self._mark_settled(entry)
 
     def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
         entry.session = None
-        entry.state, entry.reason = _lost_state(entry.spec), session.close_reason or "the connection ended"
+        entry.state, entry.reason = lost_state(entry.spec), session.close_reason or "the connection ended"
         self._replace_catalog(entry, Catalog())
 
-    def _replace_catalog(self, entry: _Entry, catalog: Catalog) -> None:
+    def _replace_catalog(self, entry: _Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
         old, entry.catalog = entry.catalog, catalog
         entry.tools_by_name = {t.name: t for t in catalog.tools}
+        said = announce or set()
         changed = (
-            old.tools != catalog.tools,
-            old.prompts != catalog.prompts,
-            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates),
+            old.tools != catalog.tools or "tools" in said,
+            old.prompts != catalog.prompts or "prompts" in said,
+            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates)
+            or "resources" in said,
         )
         if not any(changed):
             return
@@ -403,11 +396,13 @@ class Downstreams(AsyncContextManagerMixin):
         *,
         progress: ProgressFnT | None = None,
         meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Forward one call and return the downstream's result as wire JSON, untouched.
 
         Failures (down server, timeout, lost connection) are isError results; a JSON-RPC error the
-        server answered with raises `DownstreamRefusedError`.
+        server answered with raises `DownstreamRefusedError`. `extra`: the client's other call
+        fields (a 2026-era retry's `inputResponses`, `requestState`), passed on.
         """
         entry = self._entries.get(server_name)
         if entry is None:
@@ -415,7 +410,7 @@ class Downstreams(AsyncContextManagerMixin):
         if entry.session is None:
             return error_wire(self.down_message(server_name))
         with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
-            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
 
     async def send_roots_list_changed(self) -> None:
         """Send `notifications/roots/list_changed` to every connected server (bounded, best effort)."""
@@ -424,9 +419,17 @@ class Downstreams(AsyncContextManagerMixin):
                 continue
             with anyio.move_on_after(_NOTIFY_SECONDS):
                 try:
-                    await entry.session.session.send_notification(types.RootsListChangedNotification())
+                    await entry.session.notify_roots_changed()
                 except Exception as exc:  # boundary: one server going away must not stop the others
                     logger.debug("[%s] roots/list_changed not delivered: %s", name, exc)
+
+    # -- resource subscriptions (rules in subscriptions.py) ----------------------------------
+
+    async def _updated(self, server_name: str, uri: str) -> None:
+        sink = self.resources_updated
+        subscribers = self.subscriptions.subscribers(server_name, uri)
+        if sink is not None and subscribers:
+            await sink(uri, subscribers)
 
     # -- prompts and resources (rules in catalog.py) ------------------------------------------
 
@@ -444,5 +447,8 @@ class Downstreams(AsyncContextManagerMixin):
             stdio = entry.session.stdio if entry.session is not None else None
             pid = stdio.pid if stdio is not None else None
             tools = tuple(t.name for t in entry.catalog.tools)
-            result.append(ServerStatus(name, entry.state, entry.reason, retry, tools, pid))
+            reason = entry.reason
+            if entry.state == "connected" and entry.spec.oauth is not None:
+                reason = step_up_needed(entry.spec.oauth)  # connected, but some requests need a login
+            result.append(ServerStatus(name, entry.state, reason, retry, tools, pid))
         return result
