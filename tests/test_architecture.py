@@ -308,10 +308,5 @@ def test_no_two_packages_import_each_other() -> None:
             a, b = _unit(package, importer), _unit(package, target)
             if a != b:
                 edges.setdefault(a, set()).add(b)
-    both = sorted(
-        (a, b)
-        for a in edges
-        for b in edges[a]
-        if a < b and a in edges.get(b, set())
-    )
+    both = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, set()))
     assert not both, "packages importing each other both ways:\n" + "\n".join(f"{a} <-> {b}" for a, b in both)
