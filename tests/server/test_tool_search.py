@@ -39,9 +39,13 @@ def tokens(tools: list[types.Tool]) -> int:
 
 @asynccontextmanager
 async def search_hub(
-    policy: SandboxPolicy, servers: dict[str, Any], mode: ToolSearchMode = "on", **options: Any
+    policy: SandboxPolicy,
+    servers: dict[str, Any],
+    mode: ToolSearchMode = "on",
+    era: str = "auto",
+    **options: Any,
 ) -> AsyncIterator[tuple[Downstreams, Toolbox, OmegaServer]]:
-    specs = [downstream_spec(name, server) for name, server in servers.items()]
+    specs = [downstream_spec(name, server, era=era) for name, server in servers.items()]
     async with Downstreams(specs, backoff_seconds=0.05) as downstreams, Toolbox(policy, downstreams) as toolbox:
         search = SessionTools(toolbox, mode=mode, **options)
         await downstreams.wait_ready()  # so that no list_changed of the first connection round arrives later
@@ -205,10 +209,14 @@ async def test_the_index_follows_a_server_whose_tools_change(rwx_policy: Sandbox
     tools = [echo_tool("echo")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with search_hub(rwx_policy, {"down": downstream(tools=tools, sessions=sessions)}) as (
-        downstreams,
-        _toolbox,
-        server,
+    # The handshake era: the test notifies the downstream's session (a 2026-era one has none to notify).
+    hub = search_hub(rwx_policy, {"down": downstream(tools=tools, sessions=sessions)}, era="handshake")
+    async with (
+        hub as (
+            downstreams,
+            _toolbox,
+            server,
+        )
     ):
         async with client(server, message_handler=notes) as c:
             before = await c.call_tool(SEARCH_TOOLS, {"query": "frobnicate the widgets"})

@@ -45,7 +45,7 @@ from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
-from omega_mcp.proxy.status import ServerState, ServerStatus, lost_state
+from omega_mcp.proxy.status import ServerState, ServerStatus, down_message, lost_state
 from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
@@ -367,17 +367,9 @@ class Downstreams(AsyncContextManagerMixin):
     def down_message(self, server_name: str) -> str:
         """Why a server's tools cannot be called right now, and when omega tries again."""
         entry = self._entries[server_name]
-        if entry.state == "disabled":
-            return f"server {server_name} is disabled (enabled = false in servers.toml)"
-        if entry.state == "connecting":
-            return f"server {server_name} is still starting; try again in a moment"
-        reason = entry.reason or "not connected"
-        if self._one_shot or entry.refused:
-            return f"server {server_name} is down: {reason}"
-        if entry.retry_at is None:
-            return f"server {server_name} is down: {reason}; omega is reconnecting now"
-        wait = max(0, math.ceil(entry.retry_at - anyio.current_time()))
-        return f"server {server_name} is down: {reason}; omega will retry in {wait} s"
+        retry_in = entry.retry_at - anyio.current_time() if entry.retry_at is not None else None
+        final = self._one_shot or entry.refused
+        return down_message(server_name, entry.state, entry.reason, retry_in, final=final)
 
     def unavailable(self, name: str) -> str | None:
         """For a tool name that belongs to a server that is not connected, the reason; else None."""
