@@ -2,9 +2,10 @@
 
 A benchmark section is a function returning a `Section` (a title, the command that reproduces it,
 its markdown tables and its raw numbers); `run.py` runs the sections in one go and prints them.
-`Options.omega_src` points every omega process a section starts at another checkout's `src/`
-(interleaved before/after runs of two versions on the same machine); the bench code itself and
-the floors it measures omega against stay this checkout's.
+`Options.omega_src` points every omega process a section starts at another checkout's `src/`;
+`Options.before_src` adds another checkout's omega as one more path ("B0", "omega before"),
+measured call by call in the same rotation as the others (a paired before/after on one machine).
+The bench code itself and the floors it measures omega against stay this checkout's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Options:
     """Sequential calls per path for latency (throughput and cold start scale with it)."""
     omega_src: str | None = None
     """Another checkout's `src/` for the omega processes (None: the installed one)."""
+    before_src: str | None = None
+    """Another checkout's `src/`, measured beside this one as "B0" (None: no such row)."""
     quick: bool = False
     """Fewer rounds: a smoke run, not numbers for the README."""
 
@@ -48,13 +51,27 @@ class Section:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def omega_env(options: Options, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of an omega process (its `src/` first on the path when another checkout is measured)."""
+def omega_env(options: Options, extra: dict[str, str] | None = None, *, before: bool = False) -> dict[str, str]:
+    """The environment of an omega process (its `src/` first on the path when another checkout is measured;
+    `before`: the `before_src` one)."""
     env = {**os.environ, **(extra or {})}
     env.setdefault("PYTHONWARNINGS", "ignore")
-    if options.omega_src:
-        env["PYTHONPATH"] = options.omega_src
+    src = options.before_src if before else options.omega_src
+    if src:
+        env["PYTHONPATH"] = src
     return env
+
+
+def add_options(parser: Any) -> None:
+    """The command-line options every section takes (besides its own)."""
+    parser.add_argument("--omega-src", help="measure the omega of another checkout (its src/ directory)")
+    parser.add_argument("--before-src", help="also measure another checkout's omega (its src/), as 'omega before'")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+
+
+def options_from(args: Any) -> Options:
+    return Options(calls=args.calls, omega_src=args.omega_src, before_src=args.before_src, quick=args.quick)
 
 
 def with_pid_file(command: Sequence[str], pid_file: Path) -> list[str]:

@@ -35,9 +35,11 @@ from _support import (
     PYTHON,
     Options,
     Section,
+    add_options,
     free_port,
     load_average,
     omega_env,
+    options_from,
     paired_ratio,
     percentile,
     stop,
@@ -71,12 +73,19 @@ def _start(work: Path, options: Options) -> dict[str, tuple[subprocess.Popen[byt
     env = omega_env(options, {"OMEGA_HOME": str(work / "home"), "OMEGA_TOKEN": _TOKEN})
     command = [PYTHON, "-m", "omega_mcp", "serve", "--http", "--port", str(omega_port), "--workspace", str(ws)]
     omega = subprocess.Popen([*command, "--log-level", "warning"], env=env, cwd=work)
-    wait_listening(sdk_port, sdk)
-    wait_listening(omega_port, omega)
-    return {
+    servers = {
         "S": (sdk, f"http://127.0.0.1:{sdk_port}/mcp", None),
         "B": (omega, f"http://127.0.0.1:{omega_port}/mcp", _TOKEN),
     }
+    if options.before_src:
+        before_port = free_port()
+        env = omega_env(options, {"OMEGA_HOME": str(work / "home0"), "OMEGA_TOKEN": _TOKEN}, before=True)
+        command[command.index("--port") + 1] = str(before_port)
+        before = subprocess.Popen([*command, "--log-level", "warning"], env=env, cwd=work)
+        servers["B0"] = (before, f"http://127.0.0.1:{before_port}/mcp", _TOKEN)
+    for process, url, _ in servers.values():
+        wait_listening(int(url.rsplit(":", 1)[1].split("/")[0]), process)
+    return servers
 
 
 async def _call(client: Any) -> None:
@@ -148,14 +157,14 @@ def section(options: Options) -> Section:
     for era in ERAS:
         data[era] = anyio.run(measure, options, era)
     data["load_after"] = load_average()
-    names = {"S": "SDK's own streamable HTTP server (floor)", "B": "omega `serve --http`"}
+    names = {"S": "SDK's own streamable HTTP server (floor)", "B0": "omega before", "B": "omega `serve --http`"}
     rows = [
         f"| client era | server | p50 ms | p99 ms | p50 ÷ SDK (paired) | calls/s, {IN_FLIGHT} in flight "
         f"from {CLIENTS} clients | ÷ SDK |",
         "|---|---|---|---|---|---|---|",
     ]
     for era in ERAS:
-        for label in ("S", "B"):
+        for label in [k for k in names if k in data[era]]:
             row = data[era][label]
             rows.append(
                 f"| {era} | {names[label]} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['p50_ratio']:.2f}x "
@@ -172,12 +181,10 @@ def section(options: Options) -> Section:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=500, help="sequential calls per server (default 500)")
-    parser.add_argument("--omega-src", help="measure the omega of another checkout (its src/ directory)")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    add_options(parser)
     args = parser.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    result = section(Options(calls=args.calls, omega_src=args.omega_src, quick=args.quick))
+    result = section(options_from(args))
     print(json.dumps(result.data, indent=2) if args.json else result.markdown)
 
 

@@ -43,11 +43,13 @@ from _support import (
     PYTHON,
     Options,
     Section,
+    add_options,
     cpu_seconds,
     free_port,
     load_average,
     memory_mb,
     omega_env,
+    options_from,
     paired_ratio,
     percentile,
     read_pid,
@@ -101,6 +103,11 @@ def _paths(work: Path, options: Options, downstream: str, url: str | None) -> li
         paths = []
     omega_pid = work / f"omega-{time.monotonic_ns()}.pid"
     omega = _Path("B", _stdio(with_pid_file(_omega_command(config), omega_pid), env), PREFIX + "echo", omega_pid)
+    if options.before_src:
+        before_env = omega_env(options, {"OMEGA_HOME": str(work / "home0")}, before=True)
+        before_pid = work / f"omega0-{time.monotonic_ns()}.pid"
+        command = with_pid_file(_omega_command(config), before_pid)
+        paths.append(_Path("B0", _stdio(command, before_env), PREFIX + "echo", before_pid))
     return [_Path("A", direct, "echo"), *paths, omega]
 
 
@@ -225,13 +232,13 @@ _INITIALIZE = {
 _SLOW = [PYTHON, str(FIXTURE), "--init-delay", "0.5"]
 
 
-def _cold_omega(work: Path, options: Options) -> tuple[float, float]:
+def _cold_omega(work: Path, options: Options, *, before: bool = False) -> tuple[float, float]:
     """Seconds from launching `serve` to a tools/list holding all 8 servers' tools; omega's peak RSS (MB)."""
     body = "".join(
         f"[servers.s{i}]\ncommand = {json.dumps(_SLOW[0])}\nargs = {json.dumps(_SLOW[1:])}\n\n" for i in range(8)
     )
     config = _config(work, body)
-    env = omega_env(options, {"OMEGA_HOME": str(work / "home")})
+    env = omega_env(options, {"OMEGA_HOME": str(work / "home")}, before=before)
     start = time.perf_counter()
     process = subprocess.Popen(_omega_command(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert process.stdout is not None
@@ -282,39 +289,41 @@ def _cold_floor() -> float:
 
 
 def cold_start(options: Options) -> dict[str, Any]:
-    """Both, alternating, over several runs: medians."""
+    """The floor and omega (and omega before), alternating, over several runs: medians."""
     work = Path(tempfile.mkdtemp(prefix="omega-bench-cold-"))
     runs = 2 if options.quick else 5
-    omega: list[float] = []
+    result: dict[str, Any] = {"runs": runs}
     floor: list[float] = []
-    peaks: list[float] = []
+    kinds = {"omega": False, **({"omega_before": True} if options.before_src else {})}
+    seconds: dict[str, list[float]] = {kind: [] for kind in kinds}
+    peaks: dict[str, list[float]] = {kind: [] for kind in kinds}
     for _ in range(runs):
         floor.append(_cold_floor())
-        seconds, peak = _cold_omega(work, options)
-        omega.append(seconds)
-        peaks.append(peak)
-    return {
-        "floor_s": statistics.median(floor),
-        "omega_s": statistics.median(omega),
-        "omega_peak_rss_mb": max(peaks),
-        "runs": runs,
-    }
+        for kind, before in kinds.items():
+            elapsed, peak = _cold_omega(work, options, before=before)
+            seconds[kind].append(elapsed)
+            peaks[kind].append(peak)
+    result["floor_s"] = statistics.median(floor)
+    for kind in kinds:
+        result[f"{kind}_s"] = statistics.median(seconds[kind])
+        result[f"{kind}_peak_rss_mb"] = max(peaks[kind])
+    return result
 
 
 # -- the section -------------------------------------------------------------------------------
 
 
 def _rows(results: dict[str, Any], downstream: str, era: str) -> list[str]:
-    names = {"A": "direct", "R": "R: stdlib relay (floor)", "B": "omega"}
+    names = {"A": "direct", "R": "R: stdlib relay (floor)", "B0": "omega before", "B": "omega"}
     rows = []
-    for label in ("A", "R", "B"):
+    for label, name in names.items():
         if label not in results:
             continue
         row = results[label]
         cpu = f"{row['cpu_ms_per_call']:.3f}" if "cpu_ms_per_call" in row else ""
         peak = f"{row['peak_rss_mb']:.0f}" if "peak_rss_mb" in row else ""
         rows.append(
-            f"| {downstream} | {era} | {names[label]} | {row['p50_ms']:.2f} | {row['p50_ratio']:.2f}x "
+            f"| {downstream} | {era} | {name} | {row['p50_ms']:.2f} | {row['p50_ratio']:.2f}x "
             f"| {row['calls_per_s']:.0f} | {row['throughput_ratio']:.2f}x | {cpu} | {peak} |"
         )
     return rows
@@ -349,9 +358,16 @@ def section(options: Options) -> Section:
         f"| cold start, 8 servers x 0.5 s initialize (median of {cold['runs']}) | seconds | peak RSS MB |",
         "|---|---|---|",
         f"| floor: the 8 servers spawned and asked directly | {cold['floor_s']:.2f} | |",
-        f"| `omega-mcp serve` launched → tools/list with all 8 | {cold['omega_s']:.2f} "
-        f"| {cold['omega_peak_rss_mb']:.0f} |",
     ]
+    if "omega_before_s" in cold:
+        rows.append(
+            f"| omega before: `serve` launched → tools/list with all 8 | {cold['omega_before_s']:.2f} "
+            f"| {cold['omega_before_peak_rss_mb']:.0f} |"
+        )
+    rows.append(
+        f"| `omega-mcp serve` launched → tools/list with all 8 | {cold['omega_s']:.2f} "
+        f"| {cold['omega_peak_rss_mb']:.0f} |"
+    )
     return Section(
         title="The proxy",
         command=f"python bench/bench_proxy.py --calls {options.calls}",
@@ -363,12 +379,10 @@ def section(options: Options) -> Section:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per path (default 1000)")
-    parser.add_argument("--omega-src", help="measure the omega of another checkout (its src/ directory)")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    add_options(parser)
     args = parser.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    result = section(Options(calls=args.calls, omega_src=args.omega_src, quick=args.quick))
+    result = section(options_from(args))
     print(json.dumps(result.data, indent=2) if args.json else result.markdown)
 
 

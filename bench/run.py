@@ -1,6 +1,7 @@
 """Every benchmark with its floor beside omega, in one command; the README's tables come from one run of it.
 
-    .venv/bin/python bench/run.py [--calls 1000] [--only proxy,http] [--omega-src DIR] [--quick] [--json]
+    .venv/bin/python bench/run.py [--calls 1000] [--only proxy,http] [--quick] [--json]
+                                  [--omega-src DIR] [--before-src DIR]
 
 Each section is a `section(options) -> Section` function of a bench module, listed in `SECTIONS`
 (name → module): another section is added by writing such a function and one line here. The
@@ -20,7 +21,7 @@ import platform
 import sys
 from typing import Any
 
-from _support import Options, Section, load_average
+from _support import Options, Section, add_options, load_average, options_from
 
 SECTIONS: dict[str, str] = {
     "proxy": "bench_proxy",
@@ -41,16 +42,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per path (default 1000)")
     parser.add_argument("--only", help=f"comma-separated sections (default all: {','.join(SECTIONS)})")
-    parser.add_argument("--omega-src", help="measure the omega of another checkout (its src/ directory)")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
-    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    add_options(parser)
     args = parser.parse_args()
     names = [n.strip() for n in args.only.split(",")] if args.only else list(SECTIONS)
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         parser.error(f"unknown section {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    options = Options(calls=args.calls, omega_src=args.omega_src, quick=args.quick)
+    options = options_from(args)
     cores = os.cpu_count()
     print(
         f"<!-- {platform.system()} {platform.release()}, Python {platform.python_version()}, {cores} cores, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -129,6 +130,10 @@ def _protected_tree(policy: SandboxPolicy) -> ProtectedTree | None:
     return ProtectedTree(roots, policy.protected_names, policy.quarantine_dir, skip=policy.hidden_paths)
 
 
+def _made(policy: SandboxPolicy) -> bool:
+    return policy.private_tmp is not None and os.path.lexists(policy.private_tmp)  # one lstat, no thread
+
+
 def _no_retrieval(uri: str) -> Any:
     # jsonschema would otherwise fetch a remote `$ref` with a blocking urlopen: a downstream's
     # schema must never make omega reach out to a URL (nor stall the event loop doing so).
@@ -185,6 +190,7 @@ class Toolbox(AsyncContextManagerMixin):
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
         self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
+        self._fresh_swept = False
         self.grants = Grants()
         """One-time write approvals (`on_denied = "ask"`), shared by every front-end of this Toolbox."""
 
@@ -240,6 +246,17 @@ class Toolbox(AsyncContextManagerMixin):
             exported = namespace.name_of(Route(server_name, tool.name))
             tools.append(tool if exported == tool.name else tool.model_copy(update={"name": exported}))
         return tools
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The `inputSchema` of the tool a name leads to (the SDK's 2026-era Mcp-Param-* check): a dict lookup."""
+        route = self.namespace().resolve(name)
+        if route is None:
+            return None
+        if route.server_name is None:
+            builtin = self._builtins.get(route.tool_name)
+            return builtin.tool.input_schema if builtin is not None else None
+        tool = self.downstreams.get_tool(route.server_name, route.tool_name) if self.downstreams is not None else None
+        return tool.input_schema if tool is not None else None
 
     def resolve(self, name: str) -> Route:
         """The route of a tool name or alias.
@@ -344,14 +361,20 @@ class Toolbox(AsyncContextManagerMixin):
             try:
                 return await self._run_builtin(args, policy, approve, owner)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(Worlds.discard, policy)
+                if _made(policy):  # a `read` never makes it
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(Worlds.discard, policy)
         return await self._run_builtin(args, await self._session_policy(owner), approve, owner)
 
     async def _session_policy(self, owner: object | None, *, fresh: bool = False) -> SandboxPolicy:
-        """The policy of `owner`'s calls: with its private /tmp (`sandbox/world.py`)."""
+        """The policy of `owner`'s calls: with its private /tmp (`sandbox/world.py`); a fresh one needs a
+        worker thread only the first time (a sweep of dead processes' directories), then it is a copy."""
         if fresh:
-            return await anyio.to_thread.run_sync(self._worlds.fresh)
+            if self._fresh_swept:
+                return self._worlds.fresh()
+            policy = await anyio.to_thread.run_sync(self._worlds.fresh)
+            self._fresh_swept = True
+            return policy
         return self._worlds.known(owner) or await anyio.to_thread.run_sync(self._worlds.policy_for, owner)
 
     async def _run_builtin(

@@ -53,7 +53,7 @@ from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.results import from_wire, to_wire
+from omega_mcp.results import from_wire, modern_complete, to_wire
 from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours
 from omega_mcp.server.clients import SessionCaller
@@ -128,6 +128,9 @@ class OmegaServer(Server[Any]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             lifespan=self._lifespan,
+            # A dict lookup for the SDK's Mcp-Param-* check of 2026-era HTTP calls, instead of a whole
+            # tools/list per call; in search mode each session sees its own list: the SDK's way then.
+            get_tool_input_schema=toolbox.input_schema if tool_search is None else None,
             **extra,
         )
         self._following = False
@@ -265,14 +268,23 @@ class OmegaServer(Server[Any]):
         return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """`tools/call` on an initialized handshake-era connection, without model round trips."""
+        """`tools/call` without model round trips: on an initialized handshake-era connection, and in the
+        2026 era when the call needs no input-required round (no retry of one, and a client that can be
+        asked nothing: what `as_caller` would run with an `Unreachable` caller). Short-circuiting the
+        SDK, a 2026-era answer gets here what its runner gives every result (`modern_complete`)."""
         params = ctx.params
-        if (
-            ctx.method != "tools/call"
-            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-            or ctx.session.client_params is None  # not initialized: let the SDK answer
-            or not isinstance(params, Mapping)
-        ):
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        session = ctx.session
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if modern:
+            if (
+                params.get("requestState") is not None
+                or params.get("inputResponses") is not None
+                or not asks_nothing(session.client_capabilities)
+            ):
+                return await call_next(ctx)  # rounds may be needed: the bridge, on the SDK path
+        elif session.client_params is None:  # not initialized: let the SDK answer
             return await call_next(ctx)
         name, raw_arguments, raw_meta = params.get("name"), params.get("arguments"), params.get("_meta")
         arguments, meta = object_or_none(raw_arguments), object_or_none(raw_meta)
@@ -282,22 +294,28 @@ class OmegaServer(Server[Any]):
             or (raw_meta is not None and meta is None)
         ):
             return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
-        self._remember(ctx.session)
-        progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
-        token = CALLER.set(SessionCaller(ctx.session, ctx.request_id, self.logs.level_of))
+        self._remember(session)
+        asked = modern or (meta is not None and meta.get("progressToken") is not None)  # 2026: as `as_caller`
+        progress = session.report_progress if asked else None
+        if modern:
+            caller: Caller = Unreachable(session, meta)
+            http_request, approve = ctx.request, None
+        else:
+            caller, http_request = SessionCaller(session, ctx.request_id, self.logs.level_of), None
+            approve = elicitation_approver(session, ctx.request_id)
+        token = CALLER.set(caller)
         try:
             if self.tool_search is not None:
-                answered, name, arguments = await self._searched_call(ctx.session, None, name, arguments)
+                answered, name, arguments = await self._searched_call(session, http_request, name, arguments)
                 if answered is not None:
-                    return to_wire(answered)
-            approve = elicitation_approver(ctx.session, ctx.request_id)
-            owner = self._shell_owner(ctx.session)
+                    return modern_complete(to_wire(answered), self.server_info_stamp) if modern else to_wire(answered)
+            owner = self._shell_owner(session, http_request)
             result = await self.toolbox.call_tool_wire(
                 name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
             )
             if self.tool_search is not None:
-                await self._called(ctx.session, None, name)
-            return result
+                await self._called(session, http_request, name)
+            return modern_complete(result, self.server_info_stamp) if modern else result
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
