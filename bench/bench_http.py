@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/bench_http.py [--calls 500] [--omega-src DIR] [--json]
 
-Both serve the same tool, `read` of a small text file (`cat -n` numbered lines, read in a worker
-thread): omega its built-in, the SDK's low-level Server (`echo_server.py --http`, on uvicorn, as
-`streamable_http_app` gives it) the same work in a few lines. Same client (`mcp.Client` over
+Both serve the same tool, omega's `read` of a small text file (`builtin/read.py`, sandbox mode, its
+path checks included): omega as its built-in, the SDK's low-level Server (`echo_server.py --http
+--omega-read`, on uvicorn, as `streamable_http_app` gives it) by calling the same function, so what
+differs is the hub (this checkout's `read` in the floor either way). Same client (`mcp.Client` over
 `streamable_http_client`), both client eras: the handshake (`mode="legacy"`: sessions, SSE
 answers) and the 2026-07-28 envelope (`mode="auto"`: stateless POSTs). omega checks its bearer
 token on every request, as it always does; the SDK server has none.
@@ -69,7 +70,8 @@ def _start(work: Path, options: Options) -> dict[str, tuple[subprocess.Popen[byt
     ws.mkdir()
     (ws / "small.txt").write_text(_SMALL)
     sdk_port, omega_port = free_port(), free_port()
-    sdk = subprocess.Popen([PYTHON, str(HERE / "echo_server.py"), "--http", str(sdk_port)], cwd=ws)
+    floor = [PYTHON, str(HERE / "echo_server.py"), "--http", str(sdk_port), "--omega-read", str(ws)]
+    sdk = subprocess.Popen(floor, cwd=ws)
     env = omega_env(options, {"OMEGA_HOME": str(work / "home"), "OMEGA_TOKEN": _TOKEN})
     command = [PYTHON, "-m", "omega_mcp", "serve", "--http", "--port", str(omega_port), "--workspace", str(ws)]
     omega = subprocess.Popen([*command, "--log-level", "warning"], env=env, cwd=work)
