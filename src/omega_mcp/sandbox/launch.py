@@ -53,15 +53,22 @@ _MACOS_PROFILE_HEAD = "(version 1)\n(allow default)\n(deny file-write*)\n"
 
 @dataclass(frozen=True, slots=True)
 class BashLaunch:
-    """What to exec for one bash command.
+    """What to run for one bash command: `argv` through the trampoline, or (`zygote`) `program` under
+    the trampoline `options` through the bash zygote (`zygote_client.start`), which starts it faster.
 
-    Spawn it from a long-lived thread (the event loop): the trampoline arms PR_SET_PDEATHSIG,
+    Spawn `argv` from a long-lived thread (the event loop): the trampoline arms PR_SET_PDEATHSIG,
     which fires when the *thread* that forked it exits.
     """
 
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: Path
+    options: tuple[str, ...] = ()
+    """The trampoline options (what `exec.parse` reads before `--`)."""
+    program: tuple[str, ...] = ()
+    """What runs under them: bash and its arguments."""
+    zygote: bool = False
+    """The plan has the namespaces the zygote needs (Linux with user namespaces), so it can start this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +196,11 @@ def _devices(plan: _Plan) -> list[str]:
     return found
 
 
-def _trampoline_argv(policy: SandboxPolicy, plan: _Plan, protected: Sequence[str] = ()) -> list[str]:
+def _trampoline_options(policy: SandboxPolicy, plan: _Plan, protected: Sequence[str] = ()) -> list[str]:
     processes = policy.max_processes or DEFAULT_MAX_PROCESSES
     file_size = (policy.max_file_size_mb or DEFAULT_MAX_FILE_SIZE_MB) * _MIB
     open_files = policy.max_open_files or DEFAULT_MAX_OPEN_FILES
-    argv = list(probe.TRAMPOLINE_ARGV)
+    argv: list[str] = []
     if sys.platform.startswith("linux"):
         argv += ["--parent-pid", str(os.getpid())]
     argv += ["--rlimit", "core=0", "--rlimit", f"fsize={file_size}", "--rlimit", f"nofile={open_files}"]
@@ -258,19 +265,25 @@ def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
     return [str(probe.SANDBOX_EXEC), "-p", profile, *params]
 
 
-def _ensure_dirs(policy: SandboxPolicy) -> None:
+def _ensure_dirs(policy: SandboxPolicy) -> bool:
+    """Make what bash needs; whether anything was made (which changes what to pin and protect)."""
     dirs = [(policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)]
     if policy.private_tmp is not None:
         dirs += [(policy.private_tmp_root, 0o700), (policy.private_tmp, 0o700)]
+    if policy.mode != "rwx":
+        dirs.append((policy.scratch_dir / "cache", 0o777))
+    made = False
     for directory, mode in dirs:
+        if directory.is_dir():
+            continue
         try:
             directory.mkdir(mode=mode, parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(
                 f"cannot create {directory} for bash: {exc.strerror}; create it or fix the config"
             ) from None
-    if policy.mode != "rwx":
-        (policy.scratch_dir / "cache").mkdir(exist_ok=True)
+        made = True
+    return made
 
 
 def _check_workspace_not_swapped(policy: SandboxPolicy) -> None:
@@ -294,7 +307,8 @@ def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = 
     names that exist (`tracker.Run.binds`), bound read-only.
 
     Creates the workspace, tmp and scratch dirs when missing. Commands over 128 KiB do not fit
-    in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND`).
+    in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND` of `argv` and
+    `program`).
 
     Raises:
         SandboxUnavailableError: the mode needs an OS sandbox that cannot be applied here, or the
@@ -307,12 +321,16 @@ def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = 
     plan = _plan(policy)
     if plan.refusal is not None:
         raise SandboxUnavailableError(plan.refusal)
-    home_existed = policy.home.is_dir()
-    _ensure_dirs(policy)
-    if not home_existed:
-        plan = _plan(policy)  # the home exists only now, which changes what to protect
-    argv = _confined_argv(policy, plan, [_bash(), "--noprofile", "--norc", "-c", command], protected)
-    return BashLaunch(argv=tuple(argv), env=bash_environment(policy), cwd=policy.workspace)
+    if _ensure_dirs(policy):
+        plan = _plan(policy)  # what exists only now changes what to pin and protect
+    program = (_bash(), "--noprofile", "--norc", "-c", command)
+    if plan.confinement != "none":
+        _check_workspace_not_swapped(policy)
+    options = tuple(_trampoline_options(policy, plan, protected))
+    prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
+    argv = (*prefix, *probe.TRAMPOLINE_ARGV, *options, "--", *program)
+    zygote = plan.pid_namespace and plan.confinement != "sandbox-exec" and sys.platform.startswith("linux")
+    return BashLaunch(argv, bash_environment(policy), policy.workspace, options, program, zygote)
 
 
 def confined_argv(policy: SandboxPolicy, program: Sequence[str], protected: Sequence[str] = ()) -> list[str]:
@@ -333,7 +351,7 @@ def _confined_argv(policy: SandboxPolicy, plan: _Plan, program: Sequence[str], p
     if plan.confinement != "none":
         _check_workspace_not_swapped(policy)
     prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
-    return [*prefix, *_trampoline_argv(policy, plan, protected), "--", *program]
+    return [*prefix, *probe.TRAMPOLINE_ARGV, *_trampoline_options(policy, plan, protected), "--", *program]
 
 
 def _above_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
