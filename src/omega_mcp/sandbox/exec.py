@@ -1,21 +1,23 @@
-"""The bash exec trampoline: `exec.main([OPTIONS..., "--", PROGRAM, ARGS...])` in `python -I -S`.
+"""The exec trampoline: `exec.main([OPTIONS..., "--", PROGRAM, ARGS...])` in `python -I -S`.
 
-The server starts every bash command through this file (argv built by `launch.bash_launch`); it
-sets the process up and `execve`s PROGRAM, in this order: die with the server (PDEATHSIG), close
-stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
-tiny supervisor; its child is the namespace's PID 1, non-dumpable, and runs PROGRAM as PID 2;
-killing the supervisor or PID 1 kills the whole tree, `setsid` children included; root becomes an
-unprivileged uid inside, `private.map_ids`), with `--netns` a network namespace of its own too
-(loopback only), read-only binds over omega's own files and the protected names (`--readonly`),
-`--private-tmp` (the session's directory `--tmp-source`, or an empty tmpfs, over /tmp, its `--rw`
-roots inside bound back), `--hide` paths and (`--hide-sockets`) the host's UNIX sockets outside the
-`--rw` roots covered, `--private-dev` (a minimal /dev, its own pts and /dev/shm), then a fresh
-session keyring, Landlock, exec. The steps are functions a forked child can call in order: per
-session (`map_ids`, the mounts) and per call (rlimits, keyring, Landlock, exec). Stdlib only and no
-package import: it runs without `site` and every command pays its start-up time; `landlock.py`,
-`mounts.py` (PID 1's mounts) and `private.py` are imported from this directory. Any failure prints
-`omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports what this machine
-supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too, only slower).
+Confined stdio servers start through this file (argv built by `launch.confined_argv`), and so does
+bash where it gets no namespaces (elsewhere the bash zygote, `zygote.py`, applies the same options
+with the same steps, parsed here); it sets the process up and `execve`s PROGRAM, in this order: die
+with the server (PDEATHSIG), close stray fds, rlimits, then optionally user+PID+mount namespaces
+(this process stays outside as a tiny supervisor; its child is the namespace's PID 1, non-dumpable,
+and runs PROGRAM as PID 2; killing the supervisor or PID 1 kills the whole tree, `setsid` children
+included; root becomes an unprivileged uid inside, `private.map_ids`), with `--netns` a network
+namespace of its own too (loopback only), read-only binds over omega's own files and the protected
+names (`--readonly`), `--private-tmp` (the session's directory `--tmp-source`, or an empty tmpfs,
+over /tmp, its `--rw` roots inside bound back), `--hide` paths and (`--hide-sockets`) the host's
+UNIX sockets outside the `--rw` roots covered, `--private-dev` (a minimal /dev, its own pts and
+/dev/shm), then a fresh session keyring, Landlock, exec. The steps are functions a forked child can
+call in order: per session (`map_ids`, the mounts) and per call (rlimits, keyring, Landlock, exec).
+Stdlib only and no package import: it runs without `site`, and each start pays an interpreter's
+start-up time; `landlock.py`, `mounts.py` (PID 1's mounts), `private.py` and `reaper.py` (PID 1's
+reaping) are imported from this directory. Any failure prints `omega-mcp sandbox: ...` and exits 125
+before the command runs. `--probe` reports what this machine supports instead.
+`probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too, only slower).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ DEFAULT_SIGNALS = (_SIGINT, _SIGPIPE, _SIGXFSZ)
 _RLIMITS = private.RLIMITS
 FLAGS = ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets", "--private-dev", "--keep-program")
 """The options that take no value."""
-CALL_OPTIONS = frozenset({"--parent-pid", "--rlimit", "--nproc-headroom", "--pid-max", "--readonly"})
+CALL_OPTIONS = frozenset({"--parent-pid", "--nproc-headroom", "--pid-max", "--readonly"})
 """The options each command has of its own (limits, the protected names that exist now); every other
 option describes what all the commands of a client session share: the bash zygote prepares that once
 per session (`zygote.py`) and keys its sessions by it."""
@@ -94,23 +96,40 @@ class Spec:
         self.keep_program = False
         self.command: list[str] = []
 
-    def session(self) -> tuple[object, ...]:
-        """What the commands of one zygote session share (everything but `CALL_OPTIONS` and the command)."""
-        return (
-            self.pidns,
-            self.netns,
-            tuple(self.binds),
-            self.landlock_abi,
-            tuple(self.writable),
-            tuple(self.devices),
-            self.deny_tcp,
-            tuple(self.hide),
-            self.hide_sockets,
-            self.private_tmp,
-            self.tmp_source,
-            self.private_dev,
-            self.keep_program,
-        )
+    def for_command(self, argv: list[str]) -> Spec:
+        """A command of this (the session's) spec: `argv` holds only `CALL_OPTIONS`, `--` and the
+        command; the rest is this spec's (the bash zygote keeps a session's spec and gets only these).
+
+        Raises:
+            ValueError: an option that is not a `CALL_OPTIONS` one, or as for `parse`.
+        """
+        head = argv[: argv.index("--")] if "--" in argv else argv
+        extra = [option for option in head[::2] if option not in CALL_OPTIONS]
+        if extra:
+            raise ValueError(f"{extra[0]!r} is not an option of one command")
+        spec = parse(argv)
+        for name in _SESSION_FIELDS:
+            setattr(spec, name, getattr(self, name))
+        return spec
+
+
+_SESSION_FIELDS = (
+    "rlimits",
+    "pidns",
+    "netns",
+    "binds",
+    "landlock_abi",
+    "writable",
+    "devices",
+    "deny_tcp",
+    "hide",
+    "hide_sockets",
+    "private_tmp",
+    "tmp_source",
+    "private_dev",
+    "keep_program",
+)
+"""What the commands of one zygote session share: every option but `CALL_OPTIONS`."""
 
 
 def parse(argv: list[str]) -> Spec:

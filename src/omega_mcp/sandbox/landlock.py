@@ -91,14 +91,19 @@ class _CFunction(_ctypes.CFuncPtr):
 
 
 _process_handle: int | None = None
+_functions: dict[str, Callable[..., int]] = {}
 
 
 def libc_function(name: str) -> Callable[..., int]:
-    """A libc function of this process (`dlsym(RTLD_DEFAULT)`), returning a C long; errno is kept."""
+    """A libc function of this process (`dlsym(RTLD_DEFAULT)`), returning a C long; errno is kept.
+    Looked up once per process (the bash zygote's forks inherit what it looked up)."""
     global _process_handle  # noqa: PLW0603 - one dlopen per process, on first use
-    if _process_handle is None:
-        _process_handle = _ctypes.dlopen(None, os.RTLD_NOW)  # pyright: ignore[reportArgumentType]
-    return _CFunction(_ctypes.dlsym(_process_handle, name))
+    found = _functions.get(name)
+    if found is None:
+        if _process_handle is None:
+            _process_handle = _ctypes.dlopen(None, os.RTLD_NOW)  # pyright: ignore[reportArgumentType]
+        found = _functions[name] = _CFunction(_ctypes.dlsym(_process_handle, name))
+    return found
 
 
 def get_errno() -> int:

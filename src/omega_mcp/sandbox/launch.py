@@ -1,16 +1,18 @@
-"""How bash is started: the argv (through the sandbox trampoline), its scrubbed env and its cwd.
+"""How bash is started: the trampoline options and argv, its scrubbed env and its cwd.
 
 `bash_launch(policy, command)` is the only thing `builtin/bash.py` asks of the sandbox; it raises
 `SandboxUnavailableError` when the mode needs an OS sandbox this machine cannot give (fail closed;
-`[sandbox] require_os_sandbox = false` opts out). On Linux every mode goes through `exec.py` for
-rlimits and the PID namespace; sandbox/rx add Landlock, read-only binds over omega's own files
-when they lie inside a writable root and over the protected names that exist (`protected`, from
-`tracker.py`), and hide secrets (`SandboxPolicy.hidden_paths`, pinned: `mountplan.py`), well-known
-socket directories and the host's pathname UNIX sockets outside the roots, and give bash a private
-world: the session's /tmp (`SandboxPolicy.private_tmp`, else an empty one), a minimal /dev with its
-own pts and /dev/shm, a fresh session keyring; sandbox also gives bash a network namespace of its own
-(loopback only), or denies TCP with Landlock where there is none. On macOS sandbox/rx use
-`sandbox-exec` with paths passed as `-D` parameters. `describe_sandbox` reports the same plan.
+`[sandbox] require_os_sandbox = false` opts out). The options are `exec.py`'s, which the bash zygote
+(`zygote.py`) applies where bash gets namespaces, and the trampoline otherwise (and for confined
+servers, through `confined_argv`). On Linux every mode has rlimits and the PID namespace; sandbox/rx
+add Landlock, read-only binds over omega's own files when they lie inside a writable root and over
+the protected names that exist (`protected`, from `tracker.py`), and hide secrets
+(`SandboxPolicy.hidden_paths`, pinned: `mountplan.py`), well-known socket directories and the host's
+pathname UNIX sockets outside the roots, and give bash a private world: the session's /tmp
+(`SandboxPolicy.private_tmp`, else an empty one), a minimal /dev with its own pts and /dev/shm, a
+fresh session keyring; sandbox also gives bash a network namespace of its own (loopback only), or
+denies TCP with Landlock where there is none. On macOS sandbox/rx use `sandbox-exec` with paths
+passed as `-D` parameters. `describe_sandbox` reports the same plan.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from omega_mcp.errors import InvalidArgumentsError, SandboxUnavailableError, ToolError
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.environment import bash_environment
-from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, within
+from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, real_roots, within
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.private import UNPRIVILEGED_ID
 
@@ -131,12 +133,12 @@ def _plan(policy: SandboxPolicy) -> _Plan:
     if abi >= need or (abi and not policy.require_os_sandbox):
         binds: tuple[tuple[str, Path], ...] = ()
         unprotected: tuple[Path, ...] = ()
+        reals = real_roots(roots)
         if pidns:
-            binds, unprotected, more = protection(policy, roots)
+            binds, unprotected, more = protection(policy, roots, reals)
             warnings.extend(more)
         else:
-            real_roots = [real(r) for r in roots]
-            unprotected = tuple(p for p in own_files(policy) if any(within(p, r) for r in real_roots))
+            unprotected = tuple(p for p in own_files(policy) if any(within(p, r) for r in reals.values()))
             if unprotected:
                 warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
         # With the binds, what is left unprotected is a ./servers.toml that does not exist yet: bash
@@ -151,7 +153,7 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         netns = pidns and support.net_namespace and not policy.bash_network
         hide: tuple[Path, ...] = ()
         if pidns:
-            hide, pins = hiding(policy, roots, warnings)
+            hide, pins = hiding(policy, roots, warnings, reals)
             binds = tuple(dict.fromkeys((*pins, *binds)))
         private_dev = pidns and support.private_dev
         return _Plan(
@@ -354,6 +356,17 @@ def _confined_argv(policy: SandboxPolicy, plan: _Plan, program: Sequence[str], p
     return [*prefix, *probe.TRAMPOLINE_ARGV, *_trampoline_options(policy, plan, protected), "--", *program]
 
 
+def _launcher(plan: _Plan, support: probe.Support) -> str:
+    if plan.refusal:
+        return "none: bash is refused"
+    if plan.pid_namespace and plan.confinement != "sandbox-exec" and support.platform == "linux":
+        return (
+            "zygote: one pre-forked launcher; each client session's namespaces, mounts and Landlock "
+            "ruleset are made once, each command is a fork with a PID namespace of its own"
+        )
+    return "trampoline: a new `python -I -S` per command (no user namespaces here)"
+
+
 def _above_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
     return any(path in real(h).parents for h in hidden)
 
@@ -422,6 +435,7 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         "private_dev": plan.private_dev,
         "session_keyring": support.keyring or support.platform != "linux",
         "uid_inside": (UNPRIVILEGED_ID if uid == 0 else uid) if plan.pid_namespace else None,
+        "launcher": _launcher(plan, support),
         "warnings": list(plan.warnings),
         "refusal": plan.refusal,
         "probe_detail": support.detail,

@@ -340,9 +340,11 @@ def host_sockets(writable: list[str], hidden: list[str], table_fd: int = -1) -> 
         data = b"".join(chunks)
     found: dict[str, None] = {}
     for line in data.splitlines()[1:]:
-        fields = line.split(None, 7)  # Num RefCount Protocol Flags Type St Inode Path
-        if len(fields) == 8 and fields[7].startswith(b"/"):  # abstract ones start with @
-            path = os.fsdecode(fields[7])
+        # Num RefCount Protocol Flags Type St Inode Path: only the path (the 8th field) holds a "/"
+        # (abstract ones start with @), so the first " /" starts it, whatever spaces it holds.
+        at = line.find(b" /")
+        if at > 0 and len(line[:at].split()) == 7:
+            path = os.fsdecode(line[at + 1 :])
             if not _under(path, writable) and not _under(path, hidden):
                 found[path] = None
     return list(found)

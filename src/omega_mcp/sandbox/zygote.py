@@ -194,6 +194,7 @@ def _keeper(session: socket.socket, options: list[str], zygote: int) -> None:
         # The host's socket table, opened before the network namespace: read again for every command.
         table = os.open("/proc/self/net/unix", os.O_RDONLY | os.O_CLOEXEC) if spec.hide_sockets else -1
         outer_uid = os.getuid()  # inside the user namespace root is someone else, and not exempt
+        private.set_rlimits(spec.rlimits, 0)  # every command inherits them; RLIMIT_NPROC is per command
         trampoline.unshare_namespaces(net=spec.netns)
         # Only now: a process that is not dumpable cannot write its own id maps (its /proc files are root's).
         private.undumpable()
@@ -213,7 +214,7 @@ def _keeper(session: socket.socket, options: list[str], zygote: int) -> None:
             ruleset, skipped = landlock.ruleset(
                 spec.landlock_abi, writable=spec.writable, devices=spec.devices, deny_tcp=spec.deny_tcp
             )
-    except (ValueError, OSError, trampoline.SetupFailure) as exc:
+    except (ValueError, OSError, OverflowError, trampoline.SetupFailure) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         _refuse(session, reason)
         return
@@ -318,10 +319,8 @@ class _Session:
         for item in rest[1 : 1 + count]:
             name, _, value = item.partition("=")
             env[name] = value
-        spec = trampoline.parse([*options, "--", *rest[1 + count :]])
-        if spec.session() != self.spec.session():
-            raise ValueError("a request for another session")
-        spec.rlimits = [*spec.rlimits, *self._nproc(spec.nproc_headroom)]
+        spec = self.spec.for_command([*options, "--", *rest[1 + count :]])
+        spec.rlimits = self._nproc(spec.nproc_headroom)  # the session's other limits are set already
         spec.nproc_headroom = 0  # decided here: inside the user namespace the uid is not the one that counts
         # A PID namespace of its own for each command: back to ours, then a new one for the next child.
         if self.setns(self.pidns, _CLONE_NEWPID) or self.prepared.unshare(_CLONE_NEWPID):
@@ -356,9 +355,11 @@ def main(argv: list[str]) -> int:
     except trampoline.SetupFailure:
         return 1
     gc.freeze()  # the forked processes never copy pages to collect what exists now
-    # What every command's PID 1 would otherwise import, once per command.
+    # What every command's PID 1 would otherwise import or look up, once per command.
     for preload in ("fcntl", "resource"):
         __import__(preload)
+    for name in ("mount", "prctl", "setns", "signal", "socket", "syscall", "unshare"):
+        landlock.libc_function(name)
 
     _serve_zygote(socket.socket(fileno=fd))
     return 0

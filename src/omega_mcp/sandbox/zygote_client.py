@@ -274,10 +274,12 @@ def _identity(path: str) -> tuple[int, ...] | None:
     return (found.st_dev, found.st_ino, found.st_mode)
 
 
-def _split(options: Sequence[str]) -> tuple[list[str], tuple[object, ...], str]:
-    """(the session options, their key, the session's /tmp directory) of a trampoline option list."""
+def _split(options: Sequence[str]) -> tuple[list[str], list[str], _Key, str]:
+    """(the session options, the command's own options, the session's key, its private /tmp directory)
+    of a trampoline option list."""
     global _mounts  # noqa: PLW0603 - opened once, on first use
     shared: list[str] = []
+    own: list[str] = []
     identities: list[object] = []
     tmp = ""
     i = 0
@@ -290,6 +292,8 @@ def _split(options: Sequence[str]) -> tuple[list[str], tuple[object, ...], str]:
         value = options[i + 1]
         i += 2
         if option in trampoline.CALL_OPTIONS:
+            if option != "--parent-pid":  # the zygote's parent is omega's, checked when it started
+                own += [option, value]
             continue
         shared += [option, value]
         if option in _PATH_OPTIONS:
@@ -298,11 +302,10 @@ def _split(options: Sequence[str]) -> tuple[list[str], tuple[object, ...], str]:
             tmp = value
     if _mounts is None:
         _mounts = _MountTable()
-    return shared, (tuple(shared), tuple(identities), _mounts.current()), tmp
+    return shared, own, (tuple(shared), tuple(identities), _mounts.current()), tmp
 
 
-async def _session(zygote: _Zygote, options: Sequence[str]) -> _Session:
-    shared, key, tmp = _split(options)
+async def _session(zygote: _Zygote, shared: list[str], key: _Key, tmp: str) -> _Session:
     with _lock:
         known = zygote.sessions.get(key)
         if known is not None:
@@ -366,9 +369,10 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
         SandboxUnavailableError: no sandbox launcher can be started, or it keeps dying.
         ToolError: the launcher could not set the command's sandbox up, or the request is too large.
     """
+    shared, own, key, tmp = _split(launch.options)
     env = [f"{name}={value}" for name, value in launch.env.items()]
-    body = encode(["run", str(launch.cwd), str(len(launch.options)), *launch.options, str(len(env)), *env])
-    body += encode(list(launch.program))
+    # The session's options went to the zygote once, with the session: each request has the rest.
+    body = encode(["run", str(launch.cwd), str(len(own)), *own, str(len(env)), *env, *launch.program])
     if len(body) > MAX_REQUEST_BYTES:
         raise ToolError(
             f"The command and its environment ({len(body)} bytes) are too large for the sandbox launcher; "
@@ -378,7 +382,7 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
     for _ in range(_ATTEMPTS):
         zygote = await _running_zygote()
         try:
-            session = await _session(zygote, launch.options)
+            session = await _session(zygote, shared, key, tmp)
         except NotStartedError as exc:
             why = str(exc)
             zygote.broken = True  # its socket failed: a new one is started
