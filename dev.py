@@ -4,8 +4,10 @@
     python3 dev.py serve [omega-mcp serve flags]   # make .venv, install, run the hub on ./servers.toml (stdio)
     python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite
     python3 dev.py lint                            # ruff check, ruff format --check, pyright
+    python3 dev.py --help                          # this text (installs nothing)
 
 The virtual environment is created once in .venv and reinstalled only when pyproject.toml changes.
+The command is checked before anything is installed.
 """
 
 from __future__ import annotations
@@ -67,8 +69,20 @@ def lint(env: dict[str, str]) -> int:
     return max(codes.values())
 
 
+COMMANDS = ("serve", "test", "lint")
+USAGE = "\n\n".join((__doc__ or "").strip().split("\n\n")[:2])
+
+
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("test", [])
+    # The command is checked before anything is installed: a typo or --help costs no minute of pip.
+    if command in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0
+    if command not in COMMANDS:
+        _say(f"unknown command {command!r}; use serve, test or lint")
+        print(USAGE, file=sys.stderr)
+        return 2
     try:
         ensure_venv()
     except subprocess.CalledProcessError as exc:
@@ -80,11 +94,8 @@ def main(argv: list[str]) -> int:
         args = [str(BIN / "omega-mcp"), "serve", "--config", str(ROOT / "servers.toml"), *rest]
     elif command == "test":
         args = [str(PYTHON), "-m", "pytest", *rest]
-    elif command == "lint":
-        return lint(env)
     else:
-        _say(f"unknown command {command!r}; use serve, test or lint")
-        return 2
+        return lint(env)
     try:
         return subprocess.run(args, cwd=ROOT, env=env, check=False).returncode
     except KeyboardInterrupt:
@@ -92,4 +103,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # `python3 dev.py --help | head`
+        sys.exit(0)

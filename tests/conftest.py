@@ -13,6 +13,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say once, at the end, why tests were skipped for want of the specs beside the checkout."""
+    skipped = [
+        report for report in terminalreporter.stats.get("skipped", []) if "../shared/specs/" in str(report.longrepr)
+    ]
+    if skipped:
+        terminalreporter.write_line(
+            f"note: {len(skipped)} provider tests were skipped: they check omega's requests against the providers' "
+            "official API specs, which live outside the repository in ../shared/specs/ beside this checkout "
+            "(see README, Development); everything else ran",
+            yellow=True,
+        )
+
+
 @pytest.fixture
 def policy(tmp_path: Path) -> SandboxPolicy:
     """A sandbox-mode policy confined to tmp_path (home, workspace and tmp dir all inside it)."""

@@ -59,6 +59,16 @@ class OAuthFixture:
     refresh: dict[str, str] = field(default_factory=dict[str, str])
     grants: list[str] = field(default_factory=list[str])
     """grant_type of every successful token request, in order."""
+    secrets: dict[str, str] = field(default_factory=dict[str, str])
+    """The secrets of confidential clients (client_id -> secret)."""
+    auth_methods: list[str] = field(default_factory=lambda: ["none"])
+    """`token_endpoint_auth_methods_supported`."""
+    client_auth: list[str] = field(default_factory=list[str])
+    """How each token request authenticated its client: "none", "client_secret_basic" or "client_secret_post"."""
+    required_scope: str | None = None
+    """A scope every request to /mcp needs besides `tools` (403 insufficient_scope without it)."""
+    scopes: dict[str, str] = field(default_factory=dict[str, str])
+    """The scope granted with each access or refresh token."""
     authorize_requests: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
     resource_requests: list[str] = field(default_factory=list[str])
     """The Authorization header (or "") of every request to /mcp."""
@@ -72,10 +82,13 @@ class OAuthFixture:
     def issuer(self) -> str:
         return f"{self.base}/auth"
 
-    def preregister(self, client_id: str) -> None:
-        """A client registered beforehand, for any loopback callback port (RFC 8252 section 7.3)."""
+    def preregister(self, client_id: str, secret: str | None = None) -> None:
+        """A client registered beforehand, for any loopback callback port (RFC 8252 section 7.3);
+        with `secret`, a confidential one."""
         with self.lock:
             self.clients[client_id] = ["http://127.0.0.1/callback"]
+            if secret is not None:
+                self.secrets[client_id] = secret
 
     def expire_access_tokens(self) -> None:
         """Every access token issued so far stops working (the refresh tokens still do)."""
@@ -86,17 +99,33 @@ class OAuthFixture:
         with self.lock:
             self.refresh.clear()
 
-    def _issue(self, client_id: str) -> dict[str, Any]:
+    def _issue(self, client_id: str, scope: str) -> dict[str, Any]:
         access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         self.access[access] = time.time() + self.access_ttl
         self.refresh[refresh] = client_id
+        self.scopes[access] = self.scopes[refresh] = scope
         return {
             "access_token": access,
             "token_type": "Bearer",
             "expires_in": self.access_ttl,
             "refresh_token": refresh,
-            "scope": "tools",
+            "scope": scope,
         }
+
+    def _client(self, request: Request, form: dict[str, str]) -> str | None:
+        """The authenticated client of a token request (None: it failed to authenticate)."""
+        client_id, secret, how = form.get("client_id", ""), form.get("client_secret"), "none"
+        basic = request.headers.get("authorization", "")
+        if basic.startswith("Basic "):
+            client_id, _, secret = base64.b64decode(basic[6:]).decode().partition(":")
+            how = "client_secret_basic"
+        elif secret is not None:
+            how = "client_secret_post"
+        expected = self.secrets.get(client_id)
+        if expected is not None and (secret != expected or how not in self.auth_methods):
+            return None
+        self.client_auth.append(how)
+        return client_id
 
 
 def _error(code: str, status: int = 400) -> Response:
@@ -118,7 +147,7 @@ def _routes(fx: OAuthFixture) -> list[Route]:
                 "response_types_supported": ["code"],
                 "grant_types_supported": ["authorization_code", "refresh_token"],
                 "code_challenge_methods_supported": ["S256"],
-                "token_endpoint_auth_methods_supported": ["none"],
+                "token_endpoint_auth_methods_supported": fx.auth_methods,
                 "authorization_response_iss_parameter_supported": True,
             }
         )
@@ -155,23 +184,29 @@ def _routes(fx: OAuthFixture) -> list[Route]:
         form = {k: str(v) for k, v in (await request.form()).items()}
         kind = form.get("grant_type")
         with fx.lock:
+            client_id = fx._client(request, form)  # pyright: ignore[reportPrivateUsage]
+            if client_id is None:
+                return _error("invalid_client", 401)
             if kind == "authorization_code":
                 grant = fx.codes.pop(form.get("code", ""), None)
-                if grant is None or grant["client_id"] != form.get("client_id"):
+                if grant is None or grant["client_id"] != client_id:
                     return _error("invalid_grant")
                 if grant["redirect_uri"] != form.get("redirect_uri") or form.get("resource") != fx.url:
                     return _error("invalid_grant")
                 digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
                 if base64.urlsafe_b64encode(digest).decode().rstrip("=") != grant["code_challenge"]:
                     return _error("invalid_grant")  # PKCE
+                scope = grant.get("scope") or "tools"
             elif kind == "refresh_token":
-                client_id = fx.refresh.pop(form.get("refresh_token", ""), None)  # rotated: used once
-                if client_id is None or client_id != form.get("client_id"):
+                token = form.get("refresh_token", "")
+                owner = fx.refresh.pop(token, None)  # rotated: used once
+                if owner is None or owner != client_id:
                     return _error("invalid_grant")
+                scope = fx.scopes.get(token, "tools")
             else:
                 return _error("unsupported_grant_type")
             fx.grants.append(kind)
-            return JSONResponse(fx._issue(form["client_id"]), headers={"Cache-Control": "no-store"})  # pyright: ignore[reportPrivateUsage]
+            return JSONResponse(fx._issue(client_id, scope), headers={"Cache-Control": "no-store"})  # pyright: ignore[reportPrivateUsage]
 
     return [
         Route("/.well-known/oauth-protected-resource/mcp", resource_metadata),
@@ -194,10 +229,19 @@ class _Protect:
             presented = headers.get(b"authorization", b"").decode()
             with self.fx.lock:
                 self.fx.resource_requests.append(presented)
-                expiry = self.fx.access.get(presented.removeprefix("Bearer "))
+                token = presented.removeprefix("Bearer ")
+                expiry = self.fx.access.get(token)
+                granted = self.fx.scopes.get(token, "").split()
+                required = self.fx.required_scope
+            metadata = f'resource_metadata="{self.fx.base}/.well-known/oauth-protected-resource/mcp"'
             if not presented.startswith("Bearer ") or expiry is None or expiry < time.time():
-                challenge = f'Bearer resource_metadata="{self.fx.base}/.well-known/oauth-protected-resource/mcp"'
+                challenge = f"Bearer {metadata}"
                 response = JSONResponse({"error": "invalid_token"}, 401, headers={"WWW-Authenticate": challenge})
+                await response(scope, receive, send)
+                return
+            if required is not None and required not in granted:  # RFC 6750 section 3.1: a step-up
+                challenge = f'Bearer error="insufficient_scope", scope="tools {required}", {metadata}'
+                response = JSONResponse({"error": "insufficient_scope"}, 403, headers={"WWW-Authenticate": challenge})
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -107,6 +107,17 @@ async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> No
             await anyio.sleep(0.02)
 
 
+async def listed(client: mcp.Client, *names: str, seconds: float = 30.0) -> list[str]:
+    """The client's tool names once they include `names`: `serve` answers tools/list at once with the
+    servers that are ready, and the others arrive later (bounded wait, polling the list)."""
+    with anyio.fail_after(seconds):
+        while True:
+            found = [t.name for t in (await client.list_tools()).tools]
+            if set(names) <= set(found):
+                return found
+            await anyio.sleep(0.05)
+
+
 def read_pid(path: Path | str) -> int:
     return int(Path(path).read_text())
 
@@ -155,3 +166,50 @@ class Notifications:
 
 def client(server: OmegaServer, mode: str = "legacy", **kwargs: Any) -> mcp.Client:
     return mcp.Client(server, mode=mode, **kwargs)
+
+
+def modern_only(server: Server[Any]) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    """A transport factory for a 2026-only in-process server: it refuses the handshake as such servers do
+    (UNSUPPORTED_PROTOCOL_VERSION naming only 2026-07-28) and answers everything else itself."""
+    from mcp.shared.message import SessionMessage
+
+    @asynccontextmanager
+    async def connect() -> AsyncIterator[Any]:
+        async with InMemoryTransport(server) as (read, write):
+            to_client, from_server = anyio.create_memory_object_stream[Any](16)
+
+            class Refusing:
+                async def send(self, item: Any) -> None:
+                    message = item.message
+                    if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
+                        error = types.ErrorData(
+                            code=types.UNSUPPORTED_PROTOCOL_VERSION,
+                            message="this server speaks only 2026-07-28",
+                            data={"supported": ["2026-07-28"], "requested": "2025-11-25"},
+                        )
+                        await to_client.send(
+                            SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+                        )
+                        return
+                    await write.send(item)
+
+                async def aclose(self) -> None:
+                    await write.aclose()
+
+                async def __aenter__(self) -> Any:
+                    return self
+
+                async def __aexit__(self, *exc_info: object) -> None:
+                    await self.aclose()
+
+            async def pump() -> None:
+                async with to_client:
+                    async for item in read:
+                        await to_client.send(item)
+
+            async with anyio.create_task_group() as tg, from_server:
+                tg.start_soon(pump)
+                yield from_server, Refusing()
+                tg.cancel_scope.cancel()
+
+    return connect

@@ -271,3 +271,42 @@ def test_no_module_is_longer_than_the_limit() -> None:
     }
     too_long = sorted(((lines, path) for path, lines in lengths.items() if lines > MAX_LINES), reverse=True)
     assert not too_long, f"modules over {MAX_LINES} lines:\n" + "\n".join(f"{p}: {n}" for n, p in too_long)
+
+
+SEARCH = "omega_mcp.search"
+_IO_MODULES = frozenset({"os", "io", "socket", "subprocess", "pathlib", "shutil", "urllib", "http", "anyio", "httpx2"})
+
+
+def test_the_search_index_is_pure_python_without_mcp_or_io() -> None:
+    """search/ ranks tools and nothing else: it imports no other omega_mcp module, no SDK, no I/O."""
+    package = omega()
+    offenders = [
+        f"{found.importer} imports {found.target} ({package.where(found)})"
+        for found in package.imports
+        if (found.importer == SEARCH or found.importer.startswith(SEARCH + "."))
+        and (
+            (package.is_ours(found.target) and not (found.target == SEARCH or found.target.startswith(SEARCH + ".")))
+            or found.target.split(".")[0] in SDK_PACKAGES | _IO_MODULES
+        )
+    ]
+    assert not offenders, "search/ must stay pure:\n" + "\n".join(offenders)
+
+
+def _unit(package: Scan, name: str) -> str:
+    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.pipes`) a module belongs to."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else name
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """Packages are layers: `fastpath/` may use `proxy/`, never the other way round (their shared pipe
+    framing lives below both, in `omega_mcp.pipes`)."""
+    package = omega()
+    edges: dict[str, set[str]] = {}
+    for importer, targets in package.graph.items():
+        for target in targets:
+            a, b = _unit(package, importer), _unit(package, target)
+            if a != b:
+                edges.setdefault(a, set()).add(b)
+    both = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, set()))
+    assert not both, "packages importing each other both ways:\n" + "\n".join(f"{a} <-> {b}" for a, b in both)

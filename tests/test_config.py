@@ -125,7 +125,7 @@ def test_a_server_with_an_unset_variable_and_a_structural_error_is_still_a_confi
         load_config(path, environ={})
     assert str(info.value) == f"{path}: servers.a.bogus: unknown key; the known keys are " + (
         "command, args, env, cwd, url, headers, enabled, timeout, connect_timeout, tools, exclude_tools, "
-        "sandbox, auth, client_id, scopes, client_metadata_url"
+        "sandbox, era, auth, client_id, client_secret_env, scopes, client_metadata_url"
     )
 
 
@@ -308,3 +308,77 @@ def test_bad_protected_names_and_lifetimes_are_config_errors(tmp_path, line, wan
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
     assert wanted in str(caught.value), str(caught.value)
+
+
+def test_tool_search_keys_take_their_three_values_and_a_list_of_globs(tmp_path):
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        '[hub]\ntool_search = "on"\nalways_visible = ["read", "mcp__git__*"]\n[agent]\ntool_search = "off"\n'
+    )
+    config = load_config(path, environ={})
+    assert config.hub.tool_search == "on" and config.hub.always_visible == ("read", "mcp__git__*")
+    assert config.agent.tool_search == "off"
+    assert load_config(None, environ={"OMEGA_HOME": str(tmp_path / "none")}).hub.tool_search == "auto"
+    path.write_text('[hub]\ntool_search = "maybe"\nalways_visible = "bash"\n')
+    with pytest.raises(ConfigError) as problem:
+        load_config(path, environ={})
+    text = str(problem.value)
+    assert "hub.tool_search: Input should be 'off', 'on' or 'auto'" in text
+    assert 'hub.always_visible: expected a list of globs, e.g. always_visible = ["bash"]' in text
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "message"),
+    [
+        ('[sandbox]\nbash_timeout = "120"', "sandbox.bash_timeout", 'got the string "120" (write 120, without quotes)'),
+        ('[sandbox]\nrequire_os_sandbox = "no"', "sandbox.require_os_sandbox", "expected true or false"),
+        ("[sandbox]\nmax_processes = 64.0", "sandbox.max_processes", "expected a whole number, got the number 64.0"),
+        ('[servers.a]\ncommand = "x"\nenabled = "no"', "servers.a.enabled", "(write false, without quotes)"),
+        ('[servers.a]\ncommand = "x"\ntimeout = "5"', "servers.a.timeout", "expected a number"),
+        ('[servers.a]\ncommand = "x"\nconnect_timeout = true', "servers.a.connect_timeout", "got true"),
+        ('[servers.a]\ncommand = "x"\nsandbox = { network = "yes" }', "servers.a.sandbox.network", "got the string"),
+        ('[servers.a]\ncommand = "x"\nsandbox = { read_only = 1 }', "servers.a.sandbox.read_only", "got the number 1"),
+        ('[servers.a]\ncommand = "x"\nargs = [1, 2]', "servers.a.args.0", "expected a string, got the number 1"),
+        ('[hub]\nmax_message_mb = "64"', "hub.max_message_mb", "expected a whole number"),
+        ('[agent]\nmax_turns = "5"', "agent.max_turns", "expected a whole number"),
+        ('[agent]\nroute = "yes"', "agent.route", "expected true or false"),
+        ('[sampling]\nmax_tokens = "100"', "sampling.max_tokens", "expected a whole number"),
+        ("[agent]\nmodel = 2026-01-01", "agent.model", "expected no date or time, got 2026-01-01"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_an_error_never_coerced(tmp_path, text, key, message):
+    path = _write(tmp_path, text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    line = info.value.problems[0]  # `args = [1, 2]`: one line for each
+    assert line.startswith(f"{path}: {key}: ") and message in line
+
+
+def test_every_bad_server_key_is_listed_with_the_entries_own_problems(tmp_path):
+    path = _write(tmp_path, '[servers.a__b]\ncommand = "x"\n\n[servers."c d"]\ncommand = "x"\nargs = "-y pkg"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    keys = [line.removeprefix(f"{path}: ").split(": ")[0] for line in info.value.problems]
+    assert keys == ["servers.a__b", "servers.c d", "servers.c d.args"]
+    assert "must not contain '__'" in info.value.problems[0]
+    assert "may only contain letters" in info.value.problems[1]
+
+
+def test_both_command_and_url_is_reported_with_the_entrys_other_problems(tmp_path):
+    path = _write(tmp_path, '[servers.a]\ncommand = "x"\nurl = "http://127.0.0.1:1/mcp"\ntimeout = "5"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert [line.removeprefix(f"{path}: ") for line in info.value.problems] == [
+        'servers.a.timeout: expected a number, got the string "5" (write 5, without quotes)',
+        "servers.a: needs exactly one of `command` (stdio) or `url` (remote)",
+    ]
+
+
+def test_a_variable_sets_a_number_or_a_boolean_where_the_key_takes_one(tmp_path):
+    text = '[servers.a]\ncommand = "x"\ntimeout = "${T}"\nsandbox = { network = "${NET:-false}" }\nargs = ["${T}"]\n'
+    path = _write(tmp_path, text)
+    entry = load_config(path, environ={"T": "5"}).servers["a"]
+    assert entry.timeout == 5 and entry.args == ("5",)
+    assert entry.sandbox is not None and not isinstance(entry.sandbox, str) and entry.sandbox.network is False
+    with pytest.raises(ConfigError, match=r'servers\.a\.timeout: expected a number, got the string "soon"'):
+        load_config(path, environ={"T": "soon"})

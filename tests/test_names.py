@@ -1,4 +1,6 @@
-from omega_mcp.names import MAX_NAME_LENGTH, Namespace, Route, exported_name, fit_name, normalize
+import pytest
+
+from omega_mcp.names import MAX_NAME_LENGTH, Namespace, Naming, Route, exported_name, fit_name, normalize
 
 BUILTINS = ("bash", "read", "write", "edit")
 
@@ -107,3 +109,17 @@ def test_names_that_collide_once_shortened_stay_unique() -> None:
     space = Namespace([], tools, Naming("mcp__omega__"))
     names = {space.name_of(Route(s, t)) for s, t in tools}
     assert len(names) == 2 and all(len("mcp__omega__" + n) <= 64 for n in names)
+
+
+@pytest.mark.parametrize(
+    "naming", [Naming(), Naming(client_prefix="mcp__omega__"), Naming(style="short"), Naming("mcp__omega__", "short")]
+)
+def test_the_full_name_of_any_length_is_accepted_however_the_client_is_shown_it(naming: Naming):
+    server, tool = "my-very-long-server-name", "get_repository_pull_request_review_comments_for_thread"
+    namespace = Namespace(["bash"], [(server, tool), ("s", "a.b")], naming)
+    full = f"mcp__{server}__{tool}"
+    assert len(full) > 64 and all(len(naming.client_prefix + name) <= 64 for name in namespace.names)
+    for name in (full, f"{server}__{tool}", f"{server}.{tool}", namespace.names[1]):
+        assert namespace.resolve(name) == Route(server, tool), name
+    for name in ("mcp__s__a.b", "mcp__s__a_b", "s__a_b", "s.a.b"):
+        assert namespace.resolve(name) == Route("s", "a.b"), name

@@ -143,12 +143,16 @@ class OAuthError(OmegaError):
 class LoginRequiredError(OAuthError):
     """A remote server with `auth = "oauth"` has no usable tokens; only `omega-mcp login` can get them.
 
-    The message is the status the server shows everywhere: `needs login: run omega-mcp login NAME`.
+    The message is the status the server shows everywhere: `needs login: run omega-mcp login NAME`,
+    or, when the server asks for more than the tokens on file grant (a scope step-up), which scope:
+    `needs login: server NAME asks for scope "admin": run omega-mcp login NAME`.
     """
 
-    def __init__(self, server_name: str) -> None:
+    def __init__(self, server_name: str, *, scope: str | None = None) -> None:
         self.server_name = server_name
-        super().__init__(f"needs login: run omega-mcp login {server_name}")
+        self.scope = scope
+        asks = f"server {server_name} asks for scope {scope!r}: " if scope else ""
+        super().__init__(f"needs login: {asks}run omega-mcp login {server_name}".replace("'", '"'))
 
 
 class ProviderError(OmegaError):

@@ -31,6 +31,7 @@ __all__ = [
     "TextPart",
     "ThinkingPart",
     "ToolCallPart",
+    "ToolReferencePart",
     "ToolResult",
     "ToolResultsMessage",
     "ToolSpec",
@@ -85,8 +86,19 @@ class ImagePart:
         return f"[image: {self.mime_type}, {decoded_size(self.data)} bytes]"
 
 
+@dataclass(frozen=True, slots=True)
+class ToolReferencePart:
+    """A deferred tool that a tool search returned (`tool_name` is its wire name): Anthropic loads
+    its definition (`tool_reference`); other providers see one line of text."""
+
+    tool_name: str
+
+    def describe(self) -> str:
+        return f"[tool available: {self.tool_name}]"
+
+
 AssistantPart = TextPart | ThinkingPart | ToolCallPart
-ResultPart = TextPart | ImagePart
+ResultPart = TextPart | ImagePart | ToolReferencePart
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +145,8 @@ class ToolResult:
                     chunks.append(part.text)
                 case ImagePart():
                     chunks.append(part.describe())
+                case ToolReferencePart():
+                    continue  # the search's own text names the tools
                 case _:
                     assert_never(part)
         text = "\n".join(chunks)
@@ -152,11 +166,16 @@ Message = UserMessage | AssistantMessage | ToolResultsMessage
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool as offered to a model: wire-safe name, description, raw MCP input schema."""
+    """A tool as offered to a model: wire-safe name, description, raw MCP input schema.
+
+    `deferred`: sent for a provider that loads it only when a tool search returns it (Anthropic's
+    `defer_loading`); the loop sends deferred specs only to a provider with `defers_tools`.
+    """
 
     name: str
     description: str
     input_schema: Mapping[str, Any]
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +323,8 @@ def _result_part_to_record(part: ResultPart) -> dict[str, Any]:
             return {"type": "text", "text": part.text}
         case ImagePart():
             return {"type": "image", "mime_type": part.mime_type, "data": part.data}
+        case ToolReferencePart():
+            return {"type": "tool_reference", "tool_name": part.tool_name}
         case _:
             assert_never(part)
 
@@ -389,6 +410,8 @@ def _result_from_json(value: object) -> ToolResult:
                 parts.append(TextPart(_text(entry)))
             elif entry.get("type") == "image":
                 parts.append(ImagePart(_text(entry, "mime_type"), _text(entry, "data")))
+            elif entry.get("type") == "tool_reference":
+                parts.append(ToolReferencePart(_text(entry, "tool_name")))
             else:
                 raise ValueError(f"unknown tool result part type {entry.get('type')!r}")
     else:

@@ -3,8 +3,10 @@
 Each part is normalized as Claude Code does (every character outside `[A-Za-z0-9_-]` becomes
 `_`); a name over the 64-character budget keeps a readable prefix plus a stable hash of the
 full name, and a collision after normalization is broken the same way, so names are unique
-and deterministic across restarts. Routes are only ever recovered through the reverse map:
-never by splitting on `__` (server and tool names may contain it after normalization).
+and deterministic across restarts. Every name a tool was ever given is accepted in calls: the
+exported one, the full `mcp__<server>__<tool>` of any length (normalized or not), and the
+aliases. Routes are only ever recovered through the reverse map: never by splitting on `__`
+(server and tool names may contain it after normalization).
 """
 
 from __future__ import annotations
@@ -141,8 +143,10 @@ class Namespace:
                 name = fit_name(name, naming.budget, key=f"{server_name}\0{tool_name}")
             self._add(name, route)
             aliases = [prefix + tool_name for prefix in _alias_prefixes(server_name)]
-            if naming != FULL:  # the full name is always accepted, whatever this client is shown
-                aliases.append(exported_name(server_name, tool_name))
+            # The full name is always accepted, whatever this client is shown and however long it is:
+            # normalized or as the server spells the tool, shortened to 64 characters or not.
+            aliases += [tool_prefix(server_name) + normalize(tool_name), tool_prefix(server_name) + tool_name]
+            aliases += [exported_name(server_name, tool_name), _alias_prefixes(server_name)[1] + normalize(tool_name)]
             for alias in aliases:
                 self._aliases.setdefault(alias, route)
 

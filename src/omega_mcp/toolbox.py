@@ -1,7 +1,8 @@
 """The Toolbox: one routing table for built-in and downstream tools, shared by every front-end.
 
 `list_tools()` returns built-ins first, then each downstream server's tools in config order
-under their `mcp__<server>__<tool>` names (waiting, bounded, for servers still starting);
+under their `mcp__<server>__<tool>` names (waiting, as the downstreams allow, for servers still
+starting; a call waits only for the server its name belongs to);
 `call_tool_wire()`, the one call path, resolves a name (or alias) through the namespace's reverse
 map, validates the arguments (a validator compiled once per tool), runs the tool and returns wire
 JSON (a downstream's result untouched); `call_tool()` wraps it for callers that want a model.
@@ -12,9 +13,10 @@ error result. A new built-in tool goes in `builtin/` with its schema, and gets a
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -91,8 +93,16 @@ class DownstreamTools(Protocol):
         """Whether the first connection round has settled."""
         ...
 
-    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
-        """Wait (bounded) until the first connection round has settled, or `until()` holds."""
+    async def wait_ready(self) -> None:
+        """Wait (bounded) until the first connection round has settled."""
+        ...
+
+    def starting(self, name: str) -> list[str]:
+        """The servers still in their first connection attempt that a tool `name` may belong to."""
+        ...
+
+    async def wait_settled(self, server_names: Sequence[str]) -> None:
+        """Wait (bounded by their connect timeouts) until these servers connected or failed once."""
         ...
 
     async def call_tool(
@@ -103,8 +113,11 @@ class DownstreamTools(Protocol):
         *,
         progress: ProgressFn | None = None,
         meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
-        """Forward one call; the downstream's result as wire JSON, untouched (failures are isError)."""
+        """Forward one call; the downstream's result as wire JSON, untouched (failures are isError).
+
+        `extra`: the client's other call fields (`inputResponses`, `requestState`), passed on."""
         ...
 
 
@@ -136,6 +149,8 @@ def _pydantic_message(tool: str, error: ValidationError) -> str:
         field = _field_path(item["loc"])
         if item["type"] == "extra_forbidden":
             problems.append(f"`{field}`: unknown field")
+        elif item["type"].endswith("_type"):  # strict: say what came, e.g. a number sent as a string
+            problems.append(f"`{field}`: {item['msg']}, got {json.dumps(item.get('input'), default=str)[:100]}")
         else:
             problems.append(f"`{field}`: {item['msg']}")
     return f"Invalid arguments for {tool}: " + "; ".join(problems)
@@ -215,7 +230,9 @@ class Toolbox(AsyncContextManagerMixin):
     async def list_tools(self) -> list[types.Tool]:
         """Every tool, built-ins first, downstream tools under their exported names, in stable order.
 
-        While the downstream servers are still starting, this waits (bounded) for them to settle.
+        While the downstream servers are still starting, this waits for them as the downstreams allow
+        (`Downstreams(startup_wait_seconds=...)`: `serve` answers at once with the servers that are
+        ready; the others are announced with list_changed as they connect).
         """
         if self.downstreams is not None and not self.downstreams.ready:
             await self.downstreams.wait_ready()
@@ -244,9 +261,11 @@ class Toolbox(AsyncContextManagerMixin):
 
     async def _resolve(self, name: str) -> Route:
         downstreams = self.downstreams
-        if downstreams is not None and not downstreams.ready and self.namespace().resolve(name) is None:
-            # The name may belong to a server that is still starting: wait for it (or for all).
-            await downstreams.wait_ready(until=lambda: self.namespace().resolve(name) is not None)
+        if downstreams is not None and self.namespace().resolve(name) is None:
+            # The name may belong to a server still in its first attempt: wait for that one only.
+            starting = downstreams.starting(name)
+            if starting:
+                await downstreams.wait_settled(starting)
         return self.resolve(name)
 
     # -- calls -------------------------------------------------------------------------------
@@ -260,6 +279,7 @@ class Toolbox(AsyncContextManagerMixin):
         meta: Mapping[str, Any] | None = None,
         approve: Approver | None = None,
         owner: object | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
 
@@ -267,6 +287,8 @@ class Toolbox(AsyncContextManagerMixin):
         passed on to a downstream server. `approve` asks the caller's user to allow a write outside the
         roots once (`on_denied = "ask"`); None denies it. `owner` is the caller's session (the MCP
         server's connection; None for the process itself): it sees only its own background shells.
+        `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
+        `requestState`) for a downstream; its answer may then be an input-required round.
         This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
         validator compiled once per tool, and the downstream's result is not parsed into models.
 
@@ -282,7 +304,7 @@ class Toolbox(AsyncContextManagerMixin):
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta
+                route.server_name, route.tool_name, args, progress=progress, meta=meta, extra=extra
             )
         except (UnknownToolError, DownstreamRefusedError):
             raise
@@ -374,6 +396,9 @@ class Toolbox(AsyncContextManagerMixin):
     def check_arguments(self, route: Route, args: dict[str, Any]) -> None:
         """Validate a downstream call's arguments against the tool's `inputSchema`.
 
+        An optional argument given as `null` counts as absent (models send them so, and a direct
+        client would pass them on for the server to judge); the call is forwarded as it is.
+
         Raises:
             InvalidArgumentsError: a field is wrong; the message names it.
         """
@@ -384,6 +409,9 @@ class Toolbox(AsyncContextManagerMixin):
         validator = self._validator(route, tool.input_schema)
         if validator is None:
             return
+        if None in args.values():
+            required = tool.input_schema.get("required") or ()
+            args = {k: v for k, v in args.items() if v is not None or k in required}
         try:
             error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
         except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself

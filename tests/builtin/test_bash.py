@@ -270,9 +270,17 @@ def test_carriage_return_rewrite_spans_reads() -> None:
     assert buffer.take() == "100%\ndone\n"
 
 
-@pytest.mark.parametrize("timeout", ["NaN", "inf", float("nan")])
-def test_a_non_finite_timeout_is_refused_as_not_a_finite_number(timeout: object) -> None:
+@pytest.mark.parametrize(
+    ("timeout", "why"),
+    [
+        (float("nan"), "finite number"),
+        (float("inf"), "finite number"),
+        ("NaN", "valid number"),
+        ("inf", "valid number"),
+    ],
+)
+def test_a_non_finite_timeout_is_refused(timeout: object, why: str) -> None:
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="finite number"):
+    with pytest.raises(ValidationError, match=why):  # a string is no number at all (strict arguments)
         BashArgs.model_validate({"command": "true", "timeout": timeout})

@@ -140,7 +140,7 @@ async def test_read_truncation_counts_only_the_requested_range(policy: SandboxPo
 async def test_read_of_a_huge_file_with_small_limit_is_bounded_in_memory(policy: SandboxPolicy) -> None:
     path = policy.workspace / "huge.log"
     with path.open("wb") as f:
-        f.write(b"".join(b"line %d\n" % i for i in range(1, 11)))
+        f.write(b"".join(b"line %d\n" % i for i in range(1, 2001)))  # text beyond the 8 KiB read judges
         f.truncate(200 * 1024 * 1024)  # sparse: instant to create, 200 MB to read
     tracemalloc.start()
     try:
@@ -155,14 +155,15 @@ async def test_read_of_a_huge_file_with_small_limit_is_bounded_in_memory(policy:
 async def test_read_of_a_huge_single_line_keeps_memory_bounded(policy: SandboxPolicy) -> None:
     path = policy.workspace / "one-line.bin"
     with path.open("wb") as f:
-        f.truncate(64 * 1024 * 1024)  # 64 MiB of NULs, no newline at all
+        f.write(b"x" * 8192)  # text where read judges the file type, then NULs: no newline at all
+        f.truncate(64 * 1024 * 1024)
     tracemalloc.start()
     try:
         text = await _read(policy, path)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert text.startswith("     1\t" + "\0" * 2000 + " [... line cut")
+    assert text.startswith("     1\t" + "x" * 2000 + " [... line cut")
     assert f"{64 * 1024 * 1024} bytes" in text
     assert peak < 4 * 1024 * 1024
 
@@ -172,11 +173,11 @@ async def test_read_stops_scanning_an_endless_line_and_says_so(
 ) -> None:
     # /proc/self/pagemap or a huge binary: a line without end must not keep read busy for minutes.
     monkeypatch.setattr(read, "_SCAN_BUDGET_BYTES", 1024 * 1024)
-    (policy.workspace / "a.bin").write_bytes(b"first\n" + b"\0" * (3 * 1024 * 1024) + b"\nlast\n")
+    (policy.workspace / "a.bin").write_bytes(b"first\n" + b"x" * (3 * 1024 * 1024) + b"\nlast\n")
     text = await _read(policy, "a.bin")
     lines = text.split("\n")
     assert lines[0] == "     1\tfirst"
-    assert lines[1].startswith("     2\t" + "\0" * 2000 + " [... line cut")
+    assert lines[1].startswith("     2\t" + "x" * 2000 + " [... line cut")
     assert "reading stopped" in text and "bash" in text
     assert "last" not in text
 
@@ -196,9 +197,9 @@ async def test_read_stops_at_the_time_limit_with_what_it_has(
 ) -> None:
     monkeypatch.setattr(read, "_READ_SECONDS", 0.0)
     monkeypatch.setattr(read, "_CHUNK_BYTES", CHUNK_BYTES)
-    (policy.workspace / "a.bin").write_bytes(b"\0" * (3 * CHUNK_BYTES))
-    text = await _read(policy, "a.bin")
-    assert text.startswith("     1\t" + "\0" * 2000 + " [... line cut")
+    (policy.workspace / "a.txt").write_bytes(b"x" * (3 * CHUNK_BYTES))
+    text = await _read(policy, "a.txt")
+    assert text.startswith("     1\t" + "x" * 2000 + " [... line cut")
     assert "reading stopped" in text
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp
+import pytest
 from mcp import StdioServerParameters
 
 
@@ -108,3 +109,53 @@ def test_http_with_a_workspace_or_mode_is_a_usage_error(tmp_path: Path):
             "omega-mcp: error: --workspace and --mode do not apply with --http: the hub has its own "
             "(pass them to `omega-mcp serve --http`)"
         ]
+
+
+def _run(tmp_path: Path, **options: Any) -> tuple[int, str]:
+    """`claude-config` in process: (exit code, stdout)."""
+    import argparse
+    import io
+
+    from omega_mcp.cli.register import run_claude_config
+    from omega_mcp.config import Config
+
+    args = argparse.Namespace(**{"http": None, "workspace": None, "mode": None, "config": None, **options})
+    out = io.StringIO()
+    code = run_claude_config(Config(home=tmp_path / "home"), args, out)
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "url", ["notaurl", "ftp://host/mcp", "http://", "http://127.0.0.1:99999/mcp", "127.0.0.1:8765"]
+)
+def test_http_that_is_no_url_is_refused(tmp_path: Path, url: str):
+    from omega_mcp.cli.common import UsageError
+
+    with pytest.raises(UsageError, match=r"--http: .* is not an http:// or https:// URL"):
+        _run(tmp_path, http=url)
+
+
+def test_http_to_another_path_than_mcp_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    code, out = _run(tmp_path, http="http://127.0.0.1:8765")
+    assert code == 0 and json.loads(out)["mcpServers"]["omega"]["url"] == "http://127.0.0.1:8765"
+    assert "warning: --http: an omega hub serves MCP at the path /mcp, not '/'" in capsys.readouterr().err
+    _run(tmp_path, http="https://omega.internal/mcp")
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_workspace_serve_would_refuse_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    (tmp_path / "file").write_text("")
+    cases = {
+        tmp_path / "missing" / "deep" / "ws": "does not exist, nor does its parent",
+        tmp_path / "file": "exists and is not a directory",
+        tmp_path / "file" / "ws": "a component of its path is not a directory",
+    }
+    for workspace, why in cases.items():
+        code, _ = _run(tmp_path, workspace=str(workspace))
+        err = capsys.readouterr().err
+        assert code == 0 and f"warning: --workspace: {workspace}" in err and why in err, err
+        assert "omega will refuse to start with this entry" in err
+    for fine in (tmp_path / "new", tmp_path / "home" / "deep" / "ws"):  # serve creates these
+        _run(tmp_path, workspace=str(fine))
+        assert "warning" not in capsys.readouterr().err
+        assert not fine.exists()  # claude-config itself creates nothing

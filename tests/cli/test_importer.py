@@ -219,3 +219,36 @@ def test_an_invalid_result_reports_every_problem_against_the_target(tmp_path: Pa
         [str(target), "the imported result would be invalid", "sandbox.bash_timeout"],
     ]
     assert target.read_text() == '[sandbox]\nmode = "yolo"\nbash_timeout = 9999\n'
+
+
+def test_every_entry_left_out_is_reported_with_where_it_was(tmp_path: Path):
+    source = tmp_path / "claude.json"
+    source.write_text(
+        '{"mcpServers": {"dup": {"command": "one"}, "dup": {"command": "last"}, "odd": "not an object"},'
+        ' "projects": {"/p/a": {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}},'
+        '              "/p/b": {"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]},'
+        '                                       "dup": {"command": "other"}}}}}'
+    )
+    report = import_servers(source, tmp_path / "servers.toml")
+    assert report.added == ["dup", "time"]
+    assert load_config(tmp_path / "servers.toml", environ={}).servers["dup"].command == "last"
+    assert report.dropped == [
+        ("dup", "mcpServers names it more than once: the last one counts (as in Claude Code)"),
+        ("odd", "its entry in mcpServers is not a JSON object"),
+        ("time", "the mcpServers of project /p/b has the same entry by this name; the one in the mcpServers of "
+         "project /p/a was imported"),
+        ("dup", "the mcpServers of project /p/b has another entry by this name; the one in mcpServers was imported"),
+    ]  # fmt: skip
+
+
+def test_fields_omega_has_no_setting_for_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import argparse
+
+    from omega_mcp.cli.register import run_import
+    from omega_mcp.config import Config
+
+    data = {"mcpServers": {"fs": {"command": "npx", "alwaysAllow": ["read"], "timeout": 60}}}
+    args = argparse.Namespace(source=str(_source(tmp_path, data)), config=str(tmp_path / "servers.toml"))
+    args.overwrite = args.dry_run = False
+    run_import(Config(home=tmp_path / "home"), args, sys.stdout)
+    assert "ignored 'alwaysAllow', 'timeout' of 'fs': omega has no such setting" in capsys.readouterr().out

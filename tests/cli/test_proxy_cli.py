@@ -13,7 +13,7 @@ from pathlib import Path
 import mcp
 from mcp import StdioServerParameters
 
-from proxy_support import ECHO_SERVER, alive, read_pid
+from proxy_support import ECHO_SERVER, alive, listed, read_pid
 
 SERVERS = """
 [servers.time]
@@ -115,7 +115,7 @@ args = ["{ECHO_SERVER}", "--pid-file", "{pid_file}", "--spawn-child"]
         env={"OMEGA_HOME": str(tmp_path / "home")},
     )
     async with mcp.Client(params, mode="legacy") as client:
-        names = [t.name for t in (await client.list_tools()).tools]
+        names = await listed(client, "mcp__echo__echo")
         result = await client.call_tool("mcp__echo__echo", {"text": "through omega"})
         pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
     assert "mcp__echo__echo" in names

@@ -129,6 +129,21 @@ async def test_tool_with_progress(ctx: Context) -> str:
 
 
 @server.tool()
+async def test_logging_tool(ctx: Context) -> str:
+    """Logs while it runs (only to a request that asked for logs, in the 2026 era)."""
+    await ctx.info("logging tool ran")  # pyright: ignore[reportDeprecated]
+    return "logged"
+
+
+@server.tool()
+async def test_streaming_elicitation(ctx: Context) -> str | types.InputRequiredResult:
+    """Asks the user in an input-required round (never as a request on the response stream)."""
+    if ctx.input_responses:
+        return "answered"
+    return types.InputRequiredResult(input_requests={"answer": ask("Anything to add?")})
+
+
+@server.tool()
 async def test_sampling(prompt: str, ctx: Context) -> str:
     """Asks the client's model."""
     try:

@@ -27,7 +27,7 @@ SUITE = "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 NODE = "node@22"
 HERE = Path(__file__).parent
 PYTHON = sys.executable
-_DIR_NAME = re.compile(r"^(?:server|client)-(?P<name>.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
+_DIR_NAME = re.compile(r"^(?:server-)?(?P<name>.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
 
 
 def install() -> Path:
@@ -112,9 +112,10 @@ def renamer(
 def verdicts(out_dir: Path) -> dict[str, bool]:
     """Each scenario's verdict from the suite's result files: False when a check failed."""
     found: dict[str, bool] = {}
-    for checks in out_dir.glob("*/checks.json"):
-        match = _DIR_NAME.match(checks.parent.name)
-        assert match is not None, checks.parent.name
+    for checks in out_dir.rglob("checks.json"):
+        where = checks.parent.relative_to(out_dir).as_posix()  # client scenarios: `auth/NAME-...` too
+        match = _DIR_NAME.match(where)
+        assert match is not None, where
         items = json.loads(checks.read_text())
         found[match["name"]] = bool(items) and all(c.get("status") != "FAILURE" for c in items)
     return found
@@ -123,7 +124,7 @@ def verdicts(out_dir: Path) -> dict[str, bool]:
 def failures(out_dir: Path, scenario: str) -> list[str]:
     """The failed checks of one scenario, one line each (for assertion messages)."""
     lines: list[str] = []
-    for checks in out_dir.glob(f"*{scenario}-*/checks.json"):
+    for checks in out_dir.glob(f"*{scenario}-*/checks.json"):  # `auth/` scenarios are one level down
         for c in json.loads(checks.read_text()):
             if c.get("status") == "FAILURE":
                 lines.append(f"{scenario}: {c.get('id')}: {str(c.get('errorMessage'))[:300]}")
@@ -151,3 +152,20 @@ def wait_connected(log: Path, server: str, seconds: float = 30.0) -> None:
     raise TimeoutError(
         f"server {server} did not connect within {seconds} s:\n{log.read_text(errors='replace')[-2000:]}"
     )
+
+
+def run_client_suite(command: list[str], era: str, out_dir: Path) -> dict[str, bool]:
+    """Every client scenario of one era against `command` (the suite appends its test server's URL).
+
+    The suite starts all of an era's scenarios at once; two such runs side by side overload a
+    2-core machine (scenarios then time out), so callers run them one after the other.
+    """
+    entry = install()
+    options = ["--suite", "all", "--timeout", "60000", "--spec-version", era, "-o", str(out_dir)]
+    subprocess.run(
+        [str(entry), "client", "--command", " ".join(command), *options],
+        env=node_env(),
+        capture_output=True,
+        timeout=600,
+    )  # its exit status says whether anything failed; the verdicts are read from its files
+    return verdicts(out_dir)

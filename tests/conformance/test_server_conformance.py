@@ -49,19 +49,12 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 
-_INPUT_REQUIRED = (
-    "input-required-result-basic-elicitation", "input-required-result-basic-sampling",
-    "input-required-result-basic-list-roots", "input-required-result-request-state",
-    "input-required-result-multiple-input-requests", "input-required-result-multi-round",
-    "input-required-result-non-tool-request", "input-required-result-result-type",
-    "input-required-result-tampered-state", "input-required-result-capability-check",
-)  # fmt: skip
-# (era, downstream transport) -> scenarios that still fail through omega (issue 21, open work).
+# (era, downstream transport) -> scenarios that still fail through omega: none (issue 21 closed them all).
 KNOWN_GAPS: dict[tuple[str, str], set[str]] = {
-    ("2025-11-25", "http"): {"resources-subscribe", "resources-unsubscribe"},
-    ("2025-11-25", "stdio"): {"resources-subscribe", "resources-unsubscribe"},
-    ("2026-07-28", "http"): set(_INPUT_REQUIRED) | {"server-stateless"},
-    ("2026-07-28", "stdio"): set(_INPUT_REQUIRED) | {"server-stateless"},
+    ("2025-11-25", "http"): set(),
+    ("2025-11-25", "stdio"): set(),
+    ("2026-07-28", "http"): set(),
+    ("2026-07-28", "stdio"): set(),
 }
 TOKEN = "conformance-test-token-0123456789"
 

@@ -6,6 +6,7 @@ the relay's path; the fixture server logs what it receives, to see what reached 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +17,7 @@ import anyio
 import mcp
 from mcp import StdioServerParameters, types
 
-from proxy_support import ECHO_SERVER, wait_until
+from proxy_support import ECHO_SERVER, listed, wait_until
 
 
 def _server(name: str, *args: str, timeout: float | None = None) -> str:
@@ -38,7 +39,8 @@ async def omega(tmp_path: Path, servers: str, **client_options: Any) -> AsyncIte
         env={"OMEGA_HOME": str(tmp_path / "home")},
     )
     async with mcp.Client(params, mode="legacy", **client_options) as client:
-        await client.list_tools()
+        # Each server connected (serve answers tools/list before they are): calls take the relay.
+        await listed(client, *(f"mcp__{name}__echo" for name in re.findall(r"^\[servers\.([\w-]+)\]", servers, re.M)))
         yield client
 
 

@@ -24,7 +24,7 @@ import pytest
 from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -48,7 +48,9 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 
 
 @asynccontextmanager
-async def _pipe_client(server: OmegaServer, *, relay: bool, mode: str = "legacy") -> AsyncIterator[mcp.Client]:
+async def _pipe_client(
+    server: OmegaServer, *, relay: bool, mode: str = "legacy", **callbacks: Any
+) -> AsyncIterator[mcp.Client]:
     """An SDK client (`legacy`: handshake era, `auto`: 2026-07-28) talking to `server` over two real pipes."""
     to_server_r, to_server_w = os.pipe()
     to_client_r, to_client_w = os.pipe()
@@ -66,7 +68,7 @@ async def _pipe_client(server: OmegaServer, *, relay: bool, mode: str = "legacy"
     try:
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(serve)
-            async with mcp.Client(transport(), mode=mode) as client:  # pyright: ignore[reportArgumentType]
+            async with mcp.Client(transport(), mode=mode, **callbacks) as client:  # pyright: ignore[reportArgumentType]
                 yield client
             os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
             open_fds.discard(to_server_w)
@@ -145,3 +147,42 @@ async def test_progress_is_the_same_through_the_relay_and_the_sdk_path(omega: tu
         for mode in ("legacy", "auto"):
             async with _pipe_client(server, relay=relay, mode=mode) as client:
                 assert await _outcome(client, "mcp__fx__progress", {}) == expected, f"relay={relay} mode={mode}"
+
+
+MODERN_SERVER = Path(__file__).parents[1] / "fixtures" / "modern_server.py"
+MODERN_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("mcp__m__echo", {"text": "héllo"}),
+    ("mcp__m__echo", {}),  # invalid arguments: caught by omega before the server
+    ("mcp__m__big", {"size": 2 << 20}),  # past max_message_mb: an answer omega writes, isError
+    ("mcp__m__ask", {}),  # a 2026-era round: answered with the client's answer, or handed to a 2026-era client
+]
+
+
+async def _answer(context: Any, params: Any) -> Any:
+    from mcp import types
+
+    return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def test_with_a_2026_era_server_the_relay_and_the_sdk_path_agree(policy: SandboxPolicy) -> None:
+    """A 2026-era client's call goes to the server as it is (envelope, rounds); a handshake-era one's
+    over a handshake-era link of its own: the relay takes both, and answers as the SDK path does."""
+    target = StdioServerParameters(command=sys.executable, args=[str(MODERN_SERVER)])
+    spec = DownstreamSpec("m", target, max_message_bytes=1 << 20)
+    async with Downstreams([spec]) as downstreams, Toolbox(policy, downstreams) as toolbox:
+        server = build_server(toolbox, catalog=downstreams)
+        await downstreams.wait_ready()
+        session = downstreams.connected("m")
+        assert session is not None and session[0].era == "modern"
+        for mode in ("legacy", "auto"):
+            outcomes: dict[bool, list[dict[str, Any]]] = {}
+            relayed: dict[bool, str] = {}
+            for relay in (False, True):
+                async with _pipe_client(server, relay=relay, mode=mode, elicitation_callback=_answer) as client:
+                    envelope = mode == "auto"
+                    outcomes[relay] = [
+                        await _outcome(client, name, args, envelope=envelope) for name, args in MODERN_CALLS
+                    ]
+                    relayed[relay] = (await client.call_tool("mcp__m__request_id", {})).content[0].text  # type: ignore[union-attr]
+            assert outcomes[True] == outcomes[False], f"mode={mode}"
+            assert relayed[True].startswith("omega-relay-") and not relayed[False].startswith("omega-relay-"), mode

@@ -56,10 +56,17 @@ def fake_http() -> Callable[..., FakeHTTP]:
     return make
 
 
+SPECS_MISSING = (
+    "needs the providers' official API specs, kept outside the repository in ../shared/specs/ beside this "
+    "checkout (see README, Development): not found here"
+)
+"""One reason for every such skip, so pytest's summary counts them on one line (tests/conftest.py adds a note)."""
+
+
 def _spec_path(name: str) -> Path:
     path = SPECS / name
     if not path.is_file():
-        pytest.skip(f"provider spec {path} not found (shared/specs/ must sit beside the repository checkout)")
+        pytest.skip(SPECS_MISSING)
     return path
 
 

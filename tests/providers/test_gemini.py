@@ -11,6 +11,7 @@ import pytest
 from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
+    ImagePart,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -222,4 +223,50 @@ async def test_no_tools_sends_no_tools_key(fake_http, check_request) -> None:
     body = fake.bodies[0]
     assert "tools" not in body and body["generationConfig"] == {"maxOutputTokens": 256}
     assert json.dumps(body).count("systemInstruction") == 0
+    check_request("gemini", body)
+
+
+IMAGE_RESULTS = ToolResultsMessage(
+    (
+        ToolResult("a1", "read", (TextPart("a.png: PNG image, 5 bytes"), ImagePart("image/png", "aGVsbG8="))),
+        ToolResult("a2", "read", (TextPart("text"),)),
+    )
+)
+CALLS = AssistantMessage(
+    (ToolCallPart("a1", "read", {"file_path": "a.png"}), ToolCallPart("a2", "read", {"file_path": "b"})),
+    raw={
+        "role": "model",
+        "parts": [
+            {"functionCall": {"id": "a1", "name": "read", "args": {"file_path": "a.png"}}},
+            {"functionCall": {"id": "a2", "name": "read", "args": {"file_path": "b"}}},
+        ],
+    },
+    raw_format="gemini",
+)
+
+
+async def test_gemini_3_gets_a_tool_result_image_inside_its_function_response(fake_http, check_request) -> None:
+    fake = fake_http(httpx2.Response(200, json=generated([{"text": "a red square"}])))
+    provider = GeminiProvider(api_key="k", client=fake.client, retry=NO_WAIT)
+    history = [UserMessage("look"), CALLS, IMAGE_RESULTS]
+    await provider.request(model="gemini-3-pro-preview", system=None, messages=history, tools=[READ_TOOL])
+    body = fake.bodies[0]
+    first, second = body["contents"][2]["parts"]
+    assert first["functionResponse"]["parts"] == [{"inlineData": {"mimeType": "image/png", "data": "aGVsbG8="}}]
+    assert first["functionResponse"]["response"] == {"output": "a.png: PNG image, 5 bytes\n[image: image/png, 5 bytes]"}
+    assert "parts" not in second["functionResponse"]
+    check_request("gemini", body)
+
+
+async def test_older_gemini_gets_a_tool_result_image_after_the_function_responses(fake_http, check_request) -> None:
+    fake = fake_http(httpx2.Response(200, json=generated([{"text": "a red square"}])))
+    provider = GeminiProvider(api_key="k", client=fake.client, retry=NO_WAIT)
+    history = [UserMessage("look"), CALLS, IMAGE_RESULTS]
+    await provider.request(model="models/gemini-2.5-flash", system=None, messages=history, tools=[READ_TOOL])
+    body = fake.bodies[0]
+    parts = body["contents"][2]["parts"]
+    assert [next(iter(part)) for part in parts] == ["functionResponse", "functionResponse", "text", "inlineData"]
+    assert "parts" not in parts[0]["functionResponse"]
+    assert parts[2] == {"text": "The image read returned:"}
+    assert parts[3] == {"inlineData": {"mimeType": "image/png", "data": "aGVsbG8="}}
     check_request("gemini", body)

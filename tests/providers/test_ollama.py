@@ -9,6 +9,7 @@ import pytest
 
 from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
+    ImagePart,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -168,3 +169,22 @@ async def test_string_or_broken_arguments_are_replayed_as_objects(fake_http, che
     assert [c["function"]["arguments"] for c in echoed] == [{"command": "ls"}, {}]
     assert echoed[0]["function"]["index"] == 0 and echoed[1]["function"]["name"] == "bash"
     check_request("ollama", fake.bodies[1])
+
+
+async def test_a_tool_result_image_goes_in_the_tool_message_images(fake_http, check_request) -> None:
+    fake = fake_http(httpx2.Response(200, json=chat({"content": "a red square"})))
+    provider = OllamaProvider(client=fake.client, retry=NO_WAIT)
+    calls = chat({"content": "", "tool_calls": [{"function": {"name": "read", "arguments": {"file_path": "a.png"}}}]})
+    first = fake_http(httpx2.Response(200, json=calls))
+    turn = await OllamaProvider(client=first.client, retry=NO_WAIT).request(
+        model="qwen2.5vl", system=None, messages=[UserMessage("look")], tools=[BASH_TOOL]
+    )
+    results = ToolResultsMessage((ToolResult(None, "read", (TextPart("a.png"), ImagePart("image/png", "aGVsbG8="))),))
+    await provider.request(
+        model="qwen2.5vl", system=None, messages=[UserMessage("look"), turn.message, results], tools=[BASH_TOOL]
+    )
+    body = fake.bodies[0]
+    tool = body["messages"][-1]
+    assert tool["role"] == "tool" and tool["images"] == ["aGVsbG8="]
+    assert tool["content"] == "a.png\n[image: image/png, 5 bytes]"
+    check_request("ollama", body)

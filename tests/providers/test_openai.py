@@ -150,6 +150,13 @@ async def test_history_echoes_the_assistant_message_verbatim_and_one_tool_messag
     assert body["messages"][2:] == [
         {"role": "tool", "tool_call_id": "call_1", "content": "alpha\n[image: image/png, 5 bytes]"},
         {"role": "tool", "tool_call_id": "call_2", "content": "Error: ENOENT: /b"},
+        {  # a tool message takes text only: the image follows the tool messages as user content
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "The image returned by read (call_1):"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}},
+            ],
+        },
     ]
     check_request("openai", body)
 

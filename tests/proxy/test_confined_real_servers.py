@@ -260,7 +260,8 @@ def _entry(instance: str, server: Server, run: Run, own: Path, sandbox: str | No
 
 
 def _config(world: World, npx: bool) -> str:
-    text = '[sandbox]\nservers = "confined"\n'
+    # Every tool listed: this catalog is large enough for tool search's "auto" to list only a few.
+    text = '[sandbox]\nservers = "confined"\n[hub]\ntool_search = "off"\n'
     for name, server in SERVERS.items():
         if server.npx and not npx:
             continue

@@ -265,3 +265,71 @@ async def test_the_tools_can_neither_read_nor_change_the_token_record(policy: Sa
     if mode != "rwx":  # rwx bash is unconfined by design (README: rwx hides nothing from bash)
         assert "SECRET-TOKEN" not in bash_text and "exit=" in bash_text
     assert "SECRET-TOKEN" in path.read_text()  # unchanged
+
+
+# -- a confidential client's secret, and a scope step-up -------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+async def test_a_confidential_client_takes_its_secret_from_the_environment_as_the_server_asks(
+    tmp_path: Path, fx: OAuthFixture, monkeypatch: pytest.MonkeyPatch, method: str
+):
+    fx.auth_methods = [method]
+    fx.preregister("omega-confidential", secret="s3cret-from-env")
+    monkeypatch.setenv("X_CLIENT_SECRET", "s3cret-from-env")
+    config = _config(tmp_path, fx, 'client_id = "omega-confidential"\nclient_secret_env = "X_CLIENT_SECRET"\n')
+    await _login(config)
+    fx.expire_access_tokens()  # the hub refreshes: a token request of its own, with the secret
+    async with _hub(config) as downstreams:
+        assert (await _whoami(downstreams))["content"][0]["text"] == "authorized caller"
+    assert fx.client_auth == [method, method]
+    assert fx.grants == ["authorization_code", "refresh_token"]
+    assert "s3cret-from-env" not in token_file(config.home, "x").read_text()  # never written down
+    assert "s3cret-from-env" not in (tmp_path / "servers.toml").read_text()
+
+
+async def test_an_unset_secret_variable_is_a_one_line_reason(
+    tmp_path: Path, fx: OAuthFixture, monkeypatch: pytest.MonkeyPatch
+):
+    fx.auth_methods = ["client_secret_basic"]
+    fx.preregister("omega-confidential", secret="s3cret")
+    monkeypatch.setenv("X_CLIENT_SECRET", "s3cret")
+    config = _config(tmp_path, fx, 'client_id = "omega-confidential"\nclient_secret_env = "X_CLIENT_SECRET"\n')
+    await _login(config)
+    monkeypatch.delenv("X_CLIENT_SECRET")
+    async with _hub(config) as downstreams:
+        (status,) = downstreams.statuses()
+    assert status.state == "failed"
+    assert status.reason == "client_secret_env: the environment variable X_CLIENT_SECRET is not set"
+
+
+def test_client_secret_env_names_a_variable_of_a_configured_client(tmp_path: Path):
+    for extra in ('client_secret_env = "X_SECRET"\n', 'client_id = "c"\nclient_secret_env = "not a name!"\n'):
+        path = tmp_path / "servers.toml"
+        path.write_text(f'[servers.x]\nurl = "https://example.com/mcp"\nauth = "oauth"\n{extra}')
+        with pytest.raises(Exception, match=r"client_secret_env.*never the secret itself"):
+            load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
+
+
+async def test_a_scope_step_up_under_the_hub_is_a_needs_login_naming_the_scope_and_a_login_grants_it(
+    tmp_path: Path, fx: OAuthFixture, opened: list[str]
+):
+    config = _config(tmp_path, fx)
+    await _login(config)
+    stepped = 'needs login: server x asks for scope "admin": run omega-mcp login x'
+    async with _hub(config) as downstreams:
+        assert (await _whoami(downstreams))["content"][0]["text"] == "authorized caller"
+        fx.required_scope = "admin"  # from now on the server wants more than the token grants
+        refused = await _whoami(downstreams)
+        (status,) = downstreams.statuses()
+        assert (status.state, status.reason) == ("connected", stepped)  # the connection stays up
+        again = await _whoami(downstreams)
+    assert refused == {"content": [{"type": "text", "text": stepped}], "isError": True}
+    assert again == refused
+    assert opened == []  # the hub never opens a browser
+    await _login(config)
+    assert fx.authorize_requests[-1]["scope"].split() == ["tools", "admin"]  # what was granted, and more
+    async with _hub(config) as downstreams:
+        assert (await _whoami(downstreams))["content"][0]["text"] == "authorized caller"
+        assert downstreams.statuses()[0].reason is None
+    assert "step_up" not in _record(config)

@@ -1,6 +1,8 @@
-"""Server→client requests through the hub: sampling, elicitation and roots from a downstream reach
-the client whose call caused them (handshake era directly, 2026-07-28 through input-required round
-trips), with capabilities, declines, progress, cancellation and roots/list_changed."""
+"""Server→client requests through the hub: sampling, elicitation and roots from a handshake-era
+downstream reach the client whose call caused them (handshake-era clients directly, 2026-07-28
+clients through input-required round trips), with capabilities, declines, progress, cancellation
+and roots/list_changed. These servers ask mid-call, which only the handshake era can carry, so they
+are spoken to in it (`era = "handshake"`); 2026-era servers' own rounds are in test_eras.py."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.declared import declared_capabilities
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server import bridge
-from proxy_support import FIXTURES, client, downstream, downstream_spec, hub, wait_until
+from proxy_support import FIXTURES, client, downstream, downstream_spec, hub, listed, wait_until
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 FORM: types.ElicitRequestedSchema = {"type": "object", "properties": {"color": {"type": "string"}}}
@@ -70,6 +72,11 @@ async def client_roots(context: Any) -> types.ListRootsResult:
     return types.ListRootsResult(roots=[types.Root.model_validate({"uri": "file:///client/project"})])
 
 
+def legacy_spec(name: str, server: Server[Any], **options: Any) -> Any:
+    """A downstream spoken to in the handshake era only."""
+    return downstream_spec(name, server, era="handshake", **options)
+
+
 def asking_server(name: str = "d") -> Server[Any]:
     """A downstream whose tool samples, elicits and lists roots during the call, and reports what it got."""
 
@@ -88,7 +95,7 @@ def asking_server(name: str = "d") -> Server[Any]:
 @MODES
 async def test_a_client_with_the_callbacks_answers_sampling_elicitation_and_roots(rwx_policy: SandboxPolicy, mode: str):
     callbacks = {"sampling_callback": answer_sampling, "elicitation_callback": answer_form}
-    async with hub(rwx_policy, downstream_spec("d", asking_server())) as (_, _, server):
+    async with hub(rwx_policy, legacy_spec("d", asking_server())) as (_, _, server):
         async with client(server, mode, list_roots_callback=client_roots, **callbacks) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert not result.is_error
@@ -112,7 +119,7 @@ async def test_sampling_with_tools_passes_tool_use_and_the_request_through(rwx_p
         return types.CallToolResult(content=[types.TextContent(text=f"{use.name} {use.input} {result.stop_reason}")])
 
     tools = types.SamplingCapability(tools=types.SamplingToolsCapability())
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode, sampling_callback=with_tools, sampling_capabilities=tools) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert text_of(result) == "weather {'city': 'Oslo'} toolUse"
@@ -133,7 +140,7 @@ async def test_a_client_without_the_callbacks_is_declined_cleanly_and_omega_stay
                 errors.append(exc.message)
         return types.CallToolResult(content=[types.TextContent(text=f"roots={await list_roots(ctx)}")])
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c:
             first = await c.call_tool("mcp__d__echo", {"text": "x"})
             second = await c.call_tool("mcp__d__echo", {"text": "y"})
@@ -148,7 +155,7 @@ async def test_without_client_roots_the_downstream_sees_the_roots_omega_was_give
         return types.CallToolResult(content=[types.TextContent(text=" ".join(await list_roots(ctx)))])
 
     requests = ClientRequests(roots=[rwx_policy.workspace])
-    spec = downstream_spec("d", downstream("d", call=call))
+    spec = legacy_spec("d", downstream("d", call=call))
     async with hub(rwx_policy, spec, client_requests=requests) as (_, _, server), client(server) as c:
         result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert text_of(result) == rwx_policy.workspace.as_uri()
@@ -171,7 +178,7 @@ async def test_url_elicitation_and_its_completion_reach_the_client(rwx_policy: S
         if isinstance(message, types.ElicitCompleteNotification) and message.params.elicitation_id == "el-1":
             completed.set()
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, elicitation_callback=elicit, message_handler=messages) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
             with anyio.fail_after(5):
@@ -198,7 +205,7 @@ async def test_the_capabilities_declared_downstream_follow_what_omega_can_route(
         return types.CallToolResult(content=[])
 
     requests = ClientRequests(serving=serving, sampler=NoSampler() if sampling else None)
-    spec = downstream_spec("d", downstream("d", call=call))
+    spec = legacy_spec("d", downstream("d", call=call))
     async with hub(rwx_policy, spec, client_requests=requests) as (_, toolbox, _):
         await toolbox.call_tool("mcp__d__echo", {"text": "x"})
     # The same JSON an `initialize` written before the SDK loads declares (proxy/declared.py).
@@ -236,7 +243,7 @@ async def test_two_clients_each_get_only_their_own_calls_requests(rwx_policy: Sa
         return answer
 
     results: dict[str, str] = {}
-    specs = downstream_spec("s1", server("s1")), downstream_spec("s2", server("s2"))
+    specs = legacy_spec("s1", server("s1")), legacy_spec("s2", server("s2"))
     async with hub(rwx_policy, *specs) as (_, _, omega):
         async with (
             client(omega, sampling_callback=sampler("A")) as a,
@@ -253,7 +260,12 @@ async def test_two_clients_each_get_only_their_own_calls_requests(rwx_policy: Sa
     assert results == {"A": "A", "B": "B"}
 
 
-async def test_calls_of_two_clients_on_one_server_at_once_are_declined_not_guessed(rwx_policy: SandboxPolicy):
+@MODES
+async def test_calls_of_two_clients_on_one_server_at_once_each_ask_their_own_client(
+    rwx_policy: SandboxPolicy, mode: str
+):
+    """A server's request rides the stream of the call that caused it (in process as over HTTP), so
+    omega knows whose it is: concurrent clients never wait on, nor answer for, each other."""
     both_running = anyio.Event()
     running: list[int] = []
 
@@ -264,26 +276,32 @@ async def test_calls_of_two_clients_on_one_server_at_once_are_declined_not_guess
         with anyio.fail_after(5):
             await both_running.wait()
         try:
-            await sample(ctx, "whose?")
+            sampled = await sample(ctx, "whose?")
         except MCPError as exc:
             return types.CallToolResult(content=[types.TextContent(text=exc.message)])
-        return types.CallToolResult(content=[types.TextContent(text="answered")])
+        assert isinstance(sampled.content, types.TextContent)
+        return types.CallToolResult(content=[types.TextContent(text=f"{params.arguments} {sampled.content.text}")])
 
-    texts: list[str] = []
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    def answering(who: str) -> Any:
+        async def answer(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+            return types.CreateMessageResult(role="assistant", content=types.TextContent(text=who), model="m")
+
+        return answer
+
+    texts: dict[str, str] = {}
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with (
-            client(omega, sampling_callback=answer_sampling) as a,
-            client(omega, sampling_callback=answer_sampling) as b,
+            client(omega, mode, sampling_callback=answering("A")) as a,
+            client(omega, mode, sampling_callback=answering("B")) as b,
         ):
 
-            async def run(c: Any) -> None:
-                texts.append(text_of(await c.call_tool("mcp__d__echo", {"text": "x"})))
+            async def run(c: Any, who: str) -> None:
+                texts[who] = text_of(await c.call_tool("mcp__d__echo", {"text": who}))
 
             async with anyio.create_task_group() as tg:
-                tg.start_soon(run, a)
-                tg.start_soon(run, b)
-    assert len(texts) == 2
-    assert all("cannot tell which one it belongs to" in text for text in texts)
+                tg.start_soon(run, a, "A")
+                tg.start_soon(run, b, "B")
+    assert texts == {"A": "{'text': 'A'} A", "B": "{'text': 'B'} B"}
 
 
 @MODES
@@ -303,7 +321,7 @@ async def test_two_calls_of_one_client_on_one_server_at_once_are_both_answered(r
         return types.CallToolResult(content=[types.TextContent(text=result.content.text)])
 
     texts: dict[str, str] = {}
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, mode, sampling_callback=answer_sampling) as c:
 
             async def run(text: str) -> None:
@@ -324,7 +342,7 @@ async def test_a_request_outside_any_call_goes_to_the_client_that_connected_firs
 
         return answer
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", sessions=sessions))) as (_, toolbox, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", sessions=sessions))) as (_, toolbox, omega):
         await toolbox.list_tools()  # the downstream's session is recorded when omega lists its tools
         first, second = await roots_of("file:///first"), await roots_of("file:///second")
         async with client(omega, list_roots_callback=first), client(omega, list_roots_callback=second):
@@ -358,7 +376,7 @@ async def test_progress_from_the_client_reaches_the_downstream_under_its_token(r
         await context.session.send_notification(types.ProgressNotification(params=update))
         return types.CreateMessageResult(role="assistant", content=types.TextContent(text="ok"), model="m")
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, sampling_callback=answer) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
     assert not result.is_error
@@ -383,7 +401,7 @@ async def test_a_client_cancelling_the_call_cancels_the_downstream_waiting_on_sa
             client_cancelled.set()
         raise AssertionError("unreachable")
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, sampling_callback=stuck) as c:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(c.call_tool, "mcp__d__echo", {"text": "x"})
@@ -414,7 +432,7 @@ async def test_a_downstream_withdrawing_its_request_cancels_it_at_the_client(rwx
             client_cancelled.set()
         raise AssertionError("unreachable")
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, sampling_callback=stuck) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
             with anyio.fail_after(5):
@@ -432,7 +450,7 @@ async def test_roots_list_changed_reaches_the_downstreams(rwx_policy: SandboxPol
 
     server = downstream("d")  # (the constructor's on_roots_list_changed warns: roots are deprecated in 2026)
     server.add_notification_handler("notifications/roots/list_changed", types.NotificationParams, on_roots_list_changed)
-    async with hub(rwx_policy, downstream_spec("d", server)) as (_, toolbox, omega):
+    async with hub(rwx_policy, legacy_spec("d", server)) as (_, toolbox, omega):
         await toolbox.list_tools()
         async with client(omega, list_roots_callback=client_roots) as c:
             with anyio.fail_after(5):
@@ -457,7 +475,7 @@ async def test_a_modern_client_that_never_comes_back_has_its_call_cancelled(
             cancelled.set()
         raise AssertionError("unreachable")
 
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, omega):
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, "auto", sampling_callback=answer_sampling) as c:
             first = await c.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult) and first.input_requests
@@ -471,13 +489,17 @@ async def test_a_modern_client_that_never_comes_back_has_its_call_cancelled(
 
 
 async def test_a_modern_clients_unknown_request_state_is_an_invalid_params_error(rwx_policy: SandboxPolicy):
-    async with hub(rwx_policy, downstream_spec("d", asking_server())) as (_, _, omega):
+    """Whether it looks like one of omega's rounds or like a server's own: a handshake-era server has none."""
+    errors: list[MCPError] = []
+    async with hub(rwx_policy, legacy_spec("d", asking_server())) as (_, _, omega):
         async with client(omega, "auto") as c:
-            with pytest.raises(MCPError) as info:
-                await c.session.call_tool(
-                    "mcp__d__echo", {"text": "x"}, request_state="forged", allow_input_required=True
-                )
-    assert info.value.code == types.INVALID_PARAMS and "requestState" in info.value.message
+            for forged in (f"{bridge.STATE_PREFIX}forged", "forged"):
+                with pytest.raises(MCPError) as info:
+                    await c.session.call_tool(
+                        "mcp__d__echo", {"text": "x"}, request_state=forged, allow_input_required=True
+                    )
+                errors.append(info.value)
+    assert [(e.code, "requestState" in e.message) for e in errors] == [(types.INVALID_PARAMS, True)] * 2
 
 
 # -- through the real CLI: `omega-mcp serve` on stdio, a stdio downstream, the relay in between ----
@@ -492,7 +514,7 @@ def omega_serve(tmp_path: Path, extra: str = "", **env: str) -> StdioServerParam
     script = FIXTURES / "asking_server.py"
     config.write_text(
         f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n\n'
-        f'[servers.s]\ncommand = "{sys.executable}"\nargs = ["{script}", "{markers}"]\n{extra}'
+        f'[servers.s]\ncommand = "{sys.executable}"\nargs = ["{script}", "{markers}"]\nera = "handshake"\n{extra}'
     )
     command = ["-m", "omega_mcp", "serve", "--config", str(config)]
     return StdioServerParameters(command=sys.executable, args=command, env=cli_env(tmp_path) | env, cwd=tmp_path)
@@ -502,12 +524,24 @@ def omega_serve(tmp_path: Path, extra: str = "", **env: str) -> StdioServerParam
 async def test_through_the_cli_a_stdio_servers_requests_reach_the_client(tmp_path: Path, mode: str):
     callbacks = {"sampling_callback": answer_sampling, "list_roots_callback": client_roots}
     async with mcp.Client(omega_serve(tmp_path), mode=mode, **callbacks) as c:
-        await c.list_tools()  # the first listing waits for the server: the call finds it connected
+        await listed(c, "mcp__s__ask")  # connected: a handshake-era call then takes the relay
         result = await c.call_tool("mcp__s__ask", {"text": "over stdio"})
     answer, roots, request_id = text_of(result).split(" | ")
     assert (answer, roots) == ("LLM<over stdio>", "file:///client/project")
     # A handshake-era call takes the relay (fast path); a 2026-era one the input-required rounds.
     assert request_id.startswith("omega-relay-") == (mode == "legacy")
+
+
+@MODES
+async def test_through_the_cli_a_stdio_servers_request_while_a_prompt_is_got_reaches_the_client(
+    tmp_path: Path, mode: str
+):
+    """Over stdio nothing says whose request it is: the client whose `prompts/get` runs there is asked."""
+    async with mcp.Client(omega_serve(tmp_path), mode=mode, sampling_callback=answer_sampling) as c:
+        await c.list_prompts()
+        got = await c.get_prompt("s__sampled")
+    content = got.messages[0].content
+    assert isinstance(content, types.TextContent) and content.text == "LLM<prompt>"
 
 
 @MODES
@@ -595,3 +629,89 @@ async def test_over_the_http_hub_each_client_answers_its_own_calls_requests(http
         two = await second.call_tool("mcp__s__ask", {"text": "y"})
     assert text_of(one).split(" | ")[0] == "first"
     assert text_of(two).split(" | ")[:2] == ["second", "file:///client/project"]
+
+
+# -- the bridge's rounds: one state per round, prompts too, clients independent ------------------
+
+
+async def _name_of(ctx: Any, question: str) -> str:
+    metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+    request = types.ElicitRequest(params=types.ElicitRequestFormParams(message=question, requested_schema=FORM))
+    answer = await ctx.session.send_request(request, types.ElicitResult, metadata=metadata)
+    return str((answer.content or {}).get("color"))
+
+
+async def test_each_bridged_round_has_a_state_of_its_own_and_a_used_one_is_refused(rwx_policy: SandboxPolicy):
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        first, second = await _name_of(ctx, "one?"), await _name_of(ctx, "two?")
+        return types.CallToolResult(content=[types.TextContent(text=f"{first}+{second}")])
+
+    def answer(color: str) -> types.InputResponses:
+        return {"k": types.ElicitResult(action="accept", content={"color": color})}
+
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
+        async with client(omega, "auto", elicitation_callback=answer_form) as c:
+            one = await c.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(one, types.InputRequiredResult) and one.request_state
+            key = next(iter(one.input_requests or {}))
+            two = await c.session.call_tool(
+                "mcp__d__echo",
+                {"text": "x"},
+                input_responses={key: answer("red")["k"]},
+                request_state=one.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(two, types.InputRequiredResult) and two.request_state
+            with pytest.raises(MCPError) as reused:
+                await c.session.call_tool(
+                    "mcp__d__echo", {"text": "x"}, request_state=one.request_state, allow_input_required=True
+                )
+            key = next(iter(two.input_requests or {}))
+            done = await c.session.call_tool(
+                "mcp__d__echo",
+                {"text": "x"},
+                input_responses={key: answer("blue")["k"]},
+                request_state=two.request_state,
+                allow_input_required=True,
+            )
+    assert one.request_state != two.request_state
+    assert reused.value.code == types.INVALID_PARAMS
+    assert isinstance(done, types.CallToolResult) and text_of(done) == "red+blue"
+
+
+async def test_a_prompt_that_asks_mid_request_reaches_a_2026_client_as_rounds(rwx_policy: SandboxPolicy):
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[types.Prompt(name="paint")])
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        color = await _name_of(ctx, "favourite color?")
+        message = types.PromptMessage(role="user", content=types.TextContent(text=f"paint it {color}"))
+        return types.GetPromptResult(messages=[message])
+
+    server = downstream("d", on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    async with hub(rwx_policy, legacy_spec("d", server)) as (_, _, omega):
+        async with client(omega, "auto", elicitation_callback=answer_form) as c:
+            result = await c.get_prompt("d__paint")  # the SDK client's own driver answers the round
+        async with client(omega, "legacy", elicitation_callback=answer_form) as c:
+            direct = await c.get_prompt("d__paint")  # a handshake-era client is simply asked
+    for got in (result, direct):
+        content = got.messages[0].content
+        assert isinstance(content, types.TextContent) and content.text == "paint it teal"
+
+
+async def test_an_abandoned_round_does_not_hold_up_another_clients_request(rwx_policy: SandboxPolicy):
+    """One client never comes back for its round; another client's call on the same server is asked at once."""
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=await _name_of(ctx, "favourite color?"))])
+
+    async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
+        async with (
+            client(omega, "auto", elicitation_callback=answer_form) as leaving,
+            client(omega, "legacy", elicitation_callback=answer_form) as other,
+        ):
+            abandoned = await leaving.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(abandoned, types.InputRequiredResult)
+            with anyio.fail_after(5):
+                result = await other.call_tool("mcp__d__echo", {"text": "y"})
+    assert text_of(result) == "teal"

@@ -84,6 +84,41 @@ async def test_a_server_that_cannot_start_is_reported_with_its_reason(rwx_policy
     assert "exit status 2: fixture: refusing to start" in (status["refuses"].reason or "")
 
 
+async def test_a_missing_cwd_is_named_not_the_program(rwx_policy: SandboxPolicy, tmp_path: Path):
+    from mcp.client.stdio import StdioServerParameters
+
+    gone, file = tmp_path / "gone", tmp_path / "file"
+    file.write_text("")
+    specs = (
+        DownstreamSpec("a", StdioServerParameters(command=sys.executable, cwd=gone)),
+        DownstreamSpec("b", StdioServerParameters(command=sys.executable, cwd=file)),
+    )
+    async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, toolbox, _):
+        await toolbox.list_tools()
+        status = {s.server_name: s.reason for s in downstreams.statuses()}
+    assert status["a"] == f"cannot start: its working directory {gone} does not exist (servers.a.cwd)"
+    assert status["b"] == f"cannot start: its working directory {file} is not a directory (servers.b.cwd)"
+
+
+async def test_a_failed_server_shows_the_stderr_lines_that_say_why(rwx_policy: SandboxPolicy):
+    from mcp.client.stdio import StdioServerParameters
+
+    uv = [  # what uvx says behind a TLS-inspecting proxy: the last line is the hint, the error is above it
+        "  \u00d7 Failed to fetch: `https://pypi.org/simple/mcp-server-fetch/`",
+        "  \u251c\u2500\u25b6 Request failed after 3 retries",
+        "  \u2570\u2500\u25b6 invalid peer certificate: UnknownIssuer",
+        "  help: Consider enabling use of system TLS certificates with the `--native-tls` command-line flag",
+    ]
+    script = f"import sys; sys.stderr.write({chr(10).join(uv)!r} + '\\n'); sys.exit(2)"
+    spec = DownstreamSpec("fetch", StdioServerParameters(command=sys.executable, args=["-c", script]))
+    async with hub(rwx_policy, spec, backoff_seconds=60) as (downstreams, toolbox, _):
+        await toolbox.list_tools()
+        (status,) = downstreams.statuses()
+    assert status.reason is not None and "exit status 2: " in status.reason
+    assert "Failed to fetch" in status.reason and "invalid peer certificate: UnknownIssuer" in status.reason
+    assert "--native-tls" in status.reason and "after 3 retries" not in status.reason
+
+
 async def test_a_crash_mid_session_is_an_is_error_and_the_restart_brings_the_tools_back(
     rwx_policy: SandboxPolicy, caplog: pytest.LogCaptureFixture
 ):
@@ -174,3 +209,33 @@ async def test_initialize_is_bounded_by_the_servers_request_timeout():
         (status,) = downstreams.statuses()
     assert status.state == "failed"
     assert status.reason == "no answer to initialize within timeout (0.5 s)"
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        (
+            [
+                "Traceback (most recent call last):",
+                '  File "<frozen runpy>", line 198',
+                "ModuleNotFoundError: No module",
+            ],
+            "ModuleNotFoundError: No module",
+        ),
+        (
+            [
+                "npm error code E404",
+                "npm error 404 Not Found - GET https://registry.npmjs.org/nope - Not found",
+                "npm error 404 tarball, folder, http url, or git url.",
+                "npm error A complete log of this run can be found in: /root/.npm/_logs/x-debug-0.log",
+            ],
+            "npm error 404 Not Found - GET https://registry.npmjs.org/nope - Not found",
+        ),
+        (["starting", "listening on stdio"], "listening on stdio"),
+        ([], ""),
+    ],
+)
+def test_the_decisive_stderr_lines_are_the_errors_not_the_log_pointer(lines: list[str], why: str):
+    from omega_mcp.proxy.stdio import decisive_lines
+
+    assert decisive_lines(lines) == why

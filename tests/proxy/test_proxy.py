@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -109,6 +110,31 @@ async def test_arguments_are_checked_against_the_downstream_schema_before_forwar
     assert calls == []
 
 
+@MODES
+async def test_an_optional_argument_given_as_null_is_forwarded_as_it_is(rwx_policy: SandboxPolicy, mode: str):
+    """As a direct client would send it: the server judges a null it did not require (a required one is refused)."""
+    seen: list[dict[str, Any]] = []
+    tool = types.Tool(
+        name="region",
+        input_schema={
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "region": {"type": "string"}},
+            "required": ["name"],
+        },
+    )
+
+    async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        seen.append(dict(params.arguments or {}))
+        return types.CallToolResult(content=[])
+
+    async with hub(rwx_policy, downstream_spec("d", downstream("d", [tool], call=call))) as (_, _, server):
+        async with client(server, mode) as c:
+            passed = await c.call_tool("mcp__d__region", {"name": "x", "region": None})
+            refused = await c.call_tool("mcp__d__region", {"name": None})
+    assert not passed.is_error and seen == [{"name": "x", "region": None}]
+    assert refused.is_error and "`name`" in refused.content[0].text  # type: ignore[union-attr]
+
+
 async def test_a_schema_that_cannot_be_checked_offline_is_left_to_the_downstream(
     rwx_policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
 ):
@@ -186,7 +212,15 @@ async def test_request_meta_is_passed_downstream_without_the_per_hop_keys(rwx_po
         async with client(server, mode) as c:
             await c.call_tool("mcp__d__echo", {"text": "x"}, meta={"vendor/tool-use-id": "tu-1"})
     assert seen[0]["vendor/tool-use-id"] == "tu-1"
-    assert not [k for k in seen[0] if k.startswith("io.modelcontextprotocol/")]
+    reserved = {k: v for k, v in seen[0].items() if k.startswith("io.modelcontextprotocol/")}
+    if mode == "legacy":  # a handshake-era client's call goes over a handshake-era link: no envelope
+        assert reserved == {}
+    else:  # a 2026-era one's carries this hop's envelope: the client's own info and capabilities
+        assert reserved["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+        assert reserved["io.modelcontextprotocol/clientInfo"]["name"] == "mcp"
+        assert set(reserved) == {
+            f"io.modelcontextprotocol/{k}" for k in ("protocolVersion", "clientInfo", "clientCapabilities")
+        }
 
 
 @MODES
@@ -288,7 +322,8 @@ async def test_a_downstream_tools_list_changed_is_followed_and_sent_upstream(rwx
     tools = [echo_tool("one")]
     sessions: list[Any] = []
     notes = Notifications()
-    async with hub(rwx_policy, downstream_spec("d", downstream("d", tools, sessions=sessions))) as (ds, _, server):
+    spec = downstream_spec("d", downstream("d", tools, sessions=sessions), era="handshake")  # notifies the session
+    async with hub(rwx_policy, spec) as (ds, _, server):
         await ds.wait_ready()  # no startup announcements: the one notification below is the change
         async with client(server, message_handler=notes) as c:
             assert "mcp__d__one" in [t.name for t in (await c.list_tools()).tools]
@@ -313,7 +348,7 @@ async def test_a_modern_client_hears_of_tool_changes_through_subscriptions_liste
             assert "mcp__late__echo" in [t.name for t in (await c.list_tools()).tools]
 
 
-async def test_the_first_tools_list_waits_for_a_server_that_is_still_starting(rwx_policy: SandboxPolicy):
+async def test_by_default_the_first_tools_list_waits_for_a_server_that_is_still_starting(rwx_policy: SandboxPolicy):
     gate = anyio.Event()
     listed: list[str] = []
     async with hub(rwx_policy, downstream_spec("slow", gated(downstream("slow"), gate))) as (_, _, server):
@@ -338,10 +373,69 @@ async def test_a_server_arriving_after_the_startup_wait_is_announced_with_list_c
         async with client(server, message_handler=notes) as c:
             first = [t.name for t in (await c.list_tools()).tools]
             gate.set()
-            await notes.next()
-            second = [t.name for t in (await c.list_tools()).tools]
+            second = first
+            while "mcp__late__echo" not in second:  # the fast server may have been announced too
+                await notes.next()
+                second = [t.name for t in (await c.list_tools()).tools]
     assert "mcp__fast__echo" in first and "mcp__late__echo" not in first
     assert second[-2:] == ["mcp__fast__echo", "mcp__late__echo"]
+
+
+async def test_after_the_startup_wait_a_listing_answers_at_once_while_a_server_is_still_starting(
+    rwx_policy: SandboxPolicy,
+):
+    gate = anyio.Event()
+    specs = (downstream_spec("fast", downstream("fast")), downstream_spec("slow", gated(downstream("slow"), gate)))
+    async with hub(rwx_policy, *specs, startup_wait_seconds=0) as (downstreams, _, server):
+        await downstreams.wait_settled(["fast"])
+        async with client(server) as c:
+            tools = [t.name for t in (await c.list_tools()).tools]
+            prompts = await c.list_prompts()
+            resources = await c.list_resources()
+        assert not gate.is_set() and downstreams.starting("mcp__slow__echo") == ["slow"]
+    assert tools == [*BUILTINS, "mcp__fast__echo"]
+    assert prompts.prompts == [] and resources.resources == []
+
+
+@MODES
+async def test_a_call_to_a_starting_server_waits_for_it_without_holding_up_other_calls(
+    rwx_policy: SandboxPolicy, mode: str
+):
+    gate = anyio.Event()
+    specs = (downstream_spec("fast", downstream("fast")), downstream_spec("slow", gated(downstream("slow"), gate)))
+    order: list[str] = []
+    async with hub(rwx_policy, *specs, startup_wait_seconds=0) as (_, _, server):
+        async with client(server, mode) as c:
+
+            async def slow_call() -> None:
+                result = await c.call_tool("mcp__slow__echo", {"text": "late"})
+                order.append(f"slow: {result.content[0].text}")  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(slow_call)
+                await anyio.wait_all_tasks_blocked()
+                fast = await c.call_tool("mcp__fast__echo", {"text": "now"})
+                order.append(f"fast: {fast.content[0].text}")  # type: ignore[union-attr]
+                builtin = await c.call_tool("bash", {"command": "echo built-in"})
+                order.append(f"bash: {builtin.content[0].text.strip()}")  # type: ignore[union-attr]
+                gate.set()
+    assert order == ["fast: echo:now", "bash: built-in", "slow: echo:late"]
+
+
+async def test_a_call_to_a_starting_server_that_fails_gets_its_failure(rwx_policy: SandboxPolicy):
+    @asynccontextmanager
+    async def broken() -> AsyncIterator[Streams]:
+        raise OSError("no such program")
+        yield  # pragma: no cover
+
+    async with hub(rwx_policy, downstream_spec("gone", broken), startup_wait_seconds=0, backoff_seconds=30) as (
+        _,
+        toolbox,
+        _,
+    ):
+        result = await toolbox.call_tool("mcp__gone__echo", {"text": "x"})
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert result.is_error and "server gone is down" in text and "no such program" in text
 
 
 async def test_a_server_that_never_answers_initialize_is_skipped_after_its_connect_timeout(
@@ -390,6 +484,26 @@ def _prompt_server(name: str, prompt: str) -> Any:
         )
 
     return downstream(name, on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+
+
+async def test_getting_a_prompt_of_a_starting_server_waits_for_that_server(rwx_policy: SandboxPolicy):
+    gate = anyio.Event()
+    got: list[str] = []
+    spec = downstream_spec("slow", gated(_prompt_server("slow", "greet"), gate))
+    async with hub(rwx_policy, spec, startup_wait_seconds=0) as (_, _, server):
+        async with client(server) as c:
+            assert (await c.list_prompts()).prompts == []  # at once: the server is not up yet
+
+            async def get() -> None:
+                result = await c.get_prompt("slow__greet", {"who": "bo"})
+                got.append(result.messages[0].content.text)  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(get)
+                await anyio.wait_all_tasks_blocked()
+                assert got == []  # waiting for the server, not refused
+                gate.set()
+    assert got == ["slow says hi to bo"]
 
 
 @MODES
@@ -469,3 +583,25 @@ async def test_a_client_prefix_keeps_every_name_within_64_characters_and_the_lon
         result = await c.call_tool(exported, {"text": "hi"})
         assert not result.is_error
         assert result.content[0].text == f"{long_tool}:hi"  # type: ignore[union-attr]
+
+
+@MODES
+async def test_a_full_name_over_64_characters_is_accepted_in_calls(rwx_policy: SandboxPolicy, mode: str):
+    from omega_mcp.names import Naming
+    from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.server.server import build_server
+    from omega_mcp.toolbox import Toolbox
+
+    server_name, tool = "my-very-long-server-name", "get_repository_pull_request_review_comments_for_thread"
+    spec = downstream_spec(server_name, downstream(server_name, [echo_tool(tool)]))
+    async with (
+        Downstreams([spec]) as downstreams,
+        Toolbox(rwx_policy, downstreams, naming=Naming("mcp__omega__")) as box,
+    ):
+        async with client(build_server(box, catalog=downstreams), mode) as c:
+            listed = [t.name for t in (await c.list_tools()).tools][-1]
+            full = await c.call_tool(f"mcp__{server_name}__{tool}", {"text": "full"})
+            shown = await c.call_tool(listed, {"text": "shown"})
+    assert listed == "mcp__my-very-long-server-name__get_reposito_535e993a"
+    assert not full.is_error and full.content[0].text == f"{tool}:full"  # type: ignore[union-attr]
+    assert not shown.is_error and shown.content[0].text == f"{tool}:shown"  # type: ignore[union-attr]

@@ -58,7 +58,8 @@ async def remote() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
         return HTMLResponse("<html>a web page</html>")
 
     async def bogus(request: Request) -> Response:
-        return JSONResponse({"jsonrpc": "2.0", "id": 1, "result": {}})
+        asked = await request.json() if request.method == "POST" else {}
+        return JSONResponse({"jsonrpc": "2.0", "id": asked.get("id", 1), "result": {}})
 
     odd = [Route(f"/{f.__name__}", endpoint=f, methods=["GET", "POST", "DELETE"]) for f in (private, html, bogus)]
     app = server.streamable_http_app(

@@ -52,8 +52,10 @@ async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(
         result = await toolbox.call_tool("mcp__fx__echo", {"text": "early"})
         assert [s.state for s in downstreams.statuses()] == ["connected"]
     received = [json.loads(line) for line in log.read_text().splitlines()]
-    initializes = [m for m in received if m.get("method") == "initialize"]
-    assert [m["id"] for m in initializes] == [spawn.INIT_ID]
+    # Asked its era before the SDK was loaded: the probe, then the handshake (this fixture speaks only that).
+    asked = [(m.get("method"), m.get("id")) for m in received[:2]]
+    assert asked == [("server/discover", spawn.EARLY_IDS["discover"]), ("initialize", spawn.EARLY_IDS["initialize"])]
+    assert [m for m in received[2:] if m.get("method") in ("initialize", "server/discover")] == []
     assert "notifications/initialized" in [m.get("method") for m in received]
     assert result.structured_content == {"text": "early"}
 

@@ -324,3 +324,15 @@ def test_a_server_that_lives_under_tmp_still_runs_and_tmp_stays_private(tmp_path
     assert texts[1].startswith("denied: FileNotFoundError")  # another /tmp entry: not there at all
     assert texts[2].startswith("denied:") and "Read-only file system" in texts[2]
     assert not Path(str(script) + ".planted").exists()
+
+
+def test_a_refused_connection_names_network_true_only_for_a_server_without_one(tmp_path: Path, home: Path):
+    text = _server("off") + _server("on", "{ network = true }")
+    config = _config(tmp_path, '[sandbox]\nservers = "confined"\n' + text)
+    python = "ConnectionRefusedError: [Errno 111] Connection refused"
+    node = "Error: connect ECONNREFUSED 127.0.0.1:5432"
+    for line in (python, node):
+        found = _explain(config, "off", "Traceback (most recent call last):", line)
+        assert found is not None and "127.0.0.1 is its own loopback" in found
+        assert found.endswith("set servers.off.sandbox.network = true to reach a service here")
+        assert _explain(config, "on", line) is None

@@ -445,3 +445,30 @@ def test_a_missing_write_root_is_named_in_the_status_and_declaring_it_fixes_the_
         assert (state / "state.json").read_text() == "state"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_confined_server_refused_on_loopback_is_told_to_set_network_true():
+    from omega_mcp.sandbox import probe
+
+    support = probe.support()
+    if not (support.net_namespace and support.landlock_enforced):
+        pytest.skip(f"needs a network namespace and Landlock: {support.detail}")
+    base = _outside_tmp()
+    listener = socket.socket()
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)  # on the host: the server's own loopback has nothing there
+        connect = f"import socket; socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), timeout=5)"
+        config = base / "servers.toml"
+        config.write_text(
+            f'[sandbox]\nservers = "confined"\n\n[servers.db]\ncommand = "${{OMEGA_PYTHON}}"\n'
+            f"args = {json.dumps(['-c', connect])}\n"
+        )
+        failed = _tools(base, config)
+        assert failed.returncode == 1, failed.stderr
+        line = next(line for line in failed.stdout.splitlines() if line.startswith("db: failed:"))
+        assert "connection refused: the server is confined without network" in line, line
+        assert "set servers.db.sandbox.network = true" in line
+    finally:
+        listener.close()
+        shutil.rmtree(base, ignore_errors=True)

@@ -196,3 +196,45 @@ def test_claude_configs_fallback_entry_keeps_the_project_off_the_import_path(
     done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "reason"),
+    [
+        ('sandbox = { write_roots = ["/etc"] }', "servers.x.sandbox.write_roots", "/etc is a system directory"),
+        ('sandbox = { write_roots = ["{home}"] }', "servers.x.sandbox.write_roots", "is your home directory itself"),
+        ('sandbox = { write_roots = ["{tmp}"] }', "servers.x.sandbox.write_roots", "contains your home directory"),
+        ('sandbox = "default"\ncwd = "/usr/lib"', "servers.x.cwd", "/usr/lib is a system directory"),
+    ],
+)
+def test_a_confined_servers_roots_get_the_same_checks_as_the_sandboxs(
+    tmp_path: Path, entry: str, key: str, reason: str
+) -> None:
+    home = tmp_path / "home"
+    (home / ".omega").mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    config = tmp_path / "conf" / "servers.toml"
+    config.parent.mkdir()
+    entry = entry.replace("{home}", str(home)).replace("{tmp}", str(tmp_path))
+    config.write_text(
+        f'[sandbox]\nworkspace = "{tmp_path / "ws"}"\n\n[servers.x]\ncommand = "{sys.executable}"\n{entry}\n'
+    )
+    done = _omega(tmp_path, home, "tools", "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    (error,) = _errors(done)
+    assert error.startswith(f"omega-mcp: error: {config}: {key}: ") and reason in error
+
+
+def test_an_unconfined_or_read_only_server_has_no_roots_to_check(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".omega").mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    config = tmp_path / "servers.toml"
+    config.write_text(
+        f'[sandbox]\nworkspace = "{tmp_path / "ws"}"\n\n'
+        f'[servers.x]\ncommand = "{sys.executable}"\nargs = ["-c", ""]\ncwd = "/usr/lib"\n\n'
+        f'[servers.y]\ncommand = "{sys.executable}"\nargs = ["-c", ""]\n'
+        'sandbox = { read_only = true, write_roots = ["/etc"] }\n'
+    )
+    done = _omega(tmp_path, home, "tools", "--config", str(config))
+    assert done.returncode != 2, done.stderr

@@ -97,3 +97,19 @@ def test_a_normal_users_secrets_network_and_other_processes_are_out_of_reach(
     assert lines.get("ssh") != "0" and lines.get("tcp") != "0" and lines.get("etc") != "0", result.stdout
     assert lines.get("environ") != "0", result.stdout  # pid 1 of bash's own namespace, or none: never root's
     assert not Path("/etc/omega-sbx-test").exists()
+
+
+def test_a_normal_users_confined_server_may_not_write_their_home(user: pwd.struct_passwd, place: Path) -> None:
+    if _as_user(user, [sys.executable, "-c", "import omega_mcp"], place).returncode != 0:
+        pytest.skip("this checkout is not readable by other users")
+    config = place / "servers.toml"
+    config.write_text(
+        f'[sandbox]\nworkspace = "{place / "ws"}"\n\n[servers.x]\ncommand = "{sys.executable}"\n'
+        'sandbox = { write_roots = ["~"] }\n'
+    )
+    argv = [sys.executable, "-m", "omega_mcp", "tools", "--config", str(config)]
+    (place / "ws").mkdir(exist_ok=True)
+    os.chown(place / "ws", user.pw_uid, user.pw_gid)
+    done = _as_user(user, argv, place)
+    assert done.returncode == 2, done.stderr
+    assert f"servers.x.sandbox.write_roots: {user.pw_dir} is your home directory itself" in done.stderr

@@ -138,10 +138,17 @@ def test_allowed_hosts_lists_exactly_the_host_values_accepted(tmp_path: Path):
         assert _stop(proc) == 0
 
 
-def test_oversized_bodies_are_refused(hub: int):
-    body = json.dumps({**_PING, "params": {"pad": "x" * (5 * 1024 * 1024)}})
-    response = httpx2.post(f"http://127.0.0.1:{hub}/mcp", content=body, headers=_HEADERS)
-    assert response.status_code == 413
+def test_bodies_up_to_max_message_mb_pass_and_longer_ones_are_refused(hub: int, tmp_path: Path):
+    body = json.dumps({**_PING, "params": {"pad": "x" * (5 * 1024 * 1024)}})  # over the old fixed 4 MiB
+    assert httpx2.post(f"http://127.0.0.1:{hub}/mcp", content=body, headers=_HEADERS).status_code != 413
+    config = tmp_path / "servers.toml"
+    config.write_text("[hub]\nmax_message_mb = 1\n")
+    proc, port = _start(tmp_path, "--config", str(config))
+    try:
+        too_long = json.dumps({**_PING, "params": {"pad": "x" * (2 * 1024 * 1024)}})
+        assert httpx2.post(f"http://127.0.0.1:{port}/mcp", content=too_long, headers=_HEADERS).status_code == 413
+    finally:
+        assert _stop(proc) == 0
 
 
 async def test_a_token_is_required_when_bound_to_a_non_loopback_address(tmp_path: Path):

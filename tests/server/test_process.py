@@ -125,3 +125,24 @@ async def test_a_modern_stdio_client_keeps_its_background_shells_across_requests
                     break
                 await anyio.sleep(0.05)
         assert "from-the-shell" in text
+
+
+async def test_over_stdio_a_client_message_over_max_message_mb_is_refused_and_omega_stays_up(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = tmp_path / "servers.toml"
+    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n\n[hub]\nmax_message_mb = 1\n')
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config)],
+        env={"OMEGA_HOME": str(tmp_path / "home")},
+    )
+    async with mcp.Client(params, mode="legacy") as client:
+        fits = await client.call_tool("write", {"file_path": "fits.txt", "content": "x" * (512 * 1024)})
+        with pytest.raises(mcp.MCPError) as refused:
+            await client.call_tool("write", {"file_path": "long.txt", "content": "x" * (2 * 1024 * 1024)})
+        after = await client.call_tool("read", {"file_path": "fits.txt", "limit": 1})
+    assert not fits.is_error
+    assert refused.value.code == -32600 and "longer than max_message_mb (1 MiB)" in refused.value.message
+    assert not (ws / "long.txt").exists()
+    assert not after.is_error

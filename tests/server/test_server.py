@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 
 import mcp
@@ -92,3 +93,31 @@ async def test_a_denied_write_is_an_is_error_result_naming_the_path(policy, tmp_
     text = result.content[0].text  # type: ignore[union-attr]
     assert "denied" in text and str(target) in text
     assert not target.exists()
+
+
+async def test_read_over_mcp_returns_images_refuses_binaries_and_escapes_controls(client: mcp.Client, toolbox: Toolbox):
+    workspace = toolbox.policy.workspace
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x00" * 17
+    (workspace / "a.png").write_bytes(png)
+    (workspace / "a.zip").write_bytes(b"PK\x03\x04" + b"\x00" * 60)
+    (workspace / "a.log").write_bytes(b"\x1b[1mbold\x1b[0m\r\n")
+    image = await client.call_tool("read", {"file_path": "a.png"})
+    archive = await client.call_tool("read", {"file_path": "a.zip"})
+    log = await client.call_tool("read", {"file_path": "a.log"})
+    assert not image.is_error and [block.type for block in image.content] == ["text", "image"]
+    assert image.content[1].mime_type == "image/png"  # type: ignore[union-attr]
+    assert base64.b64decode(image.content[1].data) == png  # type: ignore[union-attr]
+    assert archive.is_error and "binary file (ZIP archive, 64 bytes)" in archive.content[0].text  # type: ignore[union-attr]
+    assert log.content[0].text == "     1\t\\x1b[1mbold\\x1b[0m"  # type: ignore[union-attr]
+
+
+async def test_builtin_arguments_are_strict_no_string_is_taken_for_a_number(client: mcp.Client, toolbox: Toolbox):
+    (toolbox.policy.workspace / "a.txt").write_text("one\ntwo\n")
+    timeout = await client.call_tool("bash", {"command": "echo hi", "timeout": "5"})
+    background = await client.call_tool("bash", {"command": "echo hi", "run_in_background": "true"})
+    offset = await client.call_tool("read", {"file_path": "a.txt", "offset": "2"})
+    whole = await client.call_tool("read", {"file_path": "a.txt", "offset": 2.0})
+    assert timeout.is_error and '`timeout`: Input should be a valid number, got "5"' in timeout.content[0].text  # type: ignore[union-attr]
+    assert background.is_error and "`run_in_background`" in background.content[0].text  # type: ignore[union-attr]
+    assert offset.is_error and "`offset`" in offset.content[0].text  # type: ignore[union-attr]
+    assert not whole.is_error and whole.content[0].text == "     2\ttwo"  # type: ignore[union-attr]

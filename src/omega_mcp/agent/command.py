@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import httpx2
 
-from omega_mcp.agent.loop import AgentResult, ToolHost, partial_result, run_agent
+from omega_mcp.agent.loop import AgentResult, AgentToolSearch, ToolHost, partial_result, run_agent
 from omega_mcp.agent.output import Printer, StreamedTurns, json_line, streams_live, usage_line
 from omega_mcp.agent.prompt import system_prompt
 from omega_mcp.agent.routing import RouteChoice, choose_model
@@ -78,6 +78,8 @@ class RunOptions:
     allowed_tools: tuple[str, ...] | None
     stream: bool
     json_output: bool
+    tool_search: AgentToolSearch | None = None
+    """`[agent] tool_search` with `[hub] always_visible` (None: every tool is sent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +105,12 @@ def run_options(
     stdout: TextIO,
     sandbox: SandboxPolicy | None = None,
     today: datetime.date | None = None,
+    server_of: Callable[[str], str | None] | None = None,
 ) -> RunOptions:
     """The options of a run: the system prompt (`--system`, else the default one for `sandbox`,
     by default the policy of `config` alone, plus `[agent] system_append`), the tools, and whether
-    to stream (`stream` None: when stdout is read live; never with `--json`)."""
+    to stream (`stream` None: when stdout is read live; never with `--json`). `server_of` names the
+    server of a tool (for the tool search's ranking)."""
     if sandbox is None:
         from omega_mcp.sandbox.policy import SandboxPolicy
 
@@ -114,7 +118,12 @@ def run_options(
     prompt = system_prompt(system, append=config.agent.system_append, policy=sandbox, tools=not no_tools, today=today)
     allowed = () if no_tools else (tuple(allow_tools) if allow_tools is not None else None)
     streaming = not json_output and (streams_live(stdout) if stream is None else stream)
-    return RunOptions(system=prompt, allowed_tools=allowed, stream=streaming, json_output=json_output)
+    search = None
+    if not no_tools and config.agent.tool_search != "off":
+        search = AgentToolSearch(config.agent.tool_search, config.hub.always_visible, server_of)
+    return RunOptions(
+        system=prompt, allowed_tools=allowed, stream=streaming, json_output=json_output, tool_search=search
+    )
 
 
 async def run_agent_command(
@@ -137,6 +146,7 @@ async def run_agent_command(
     stream: bool | None = None,
     sandbox: SandboxPolicy | None = None,
     session: SessionHook | None = None,
+    server_of: Callable[[str], str | None] | None = None,
 ) -> int:
     """Run `omega-mcp agent` and return its exit code (0 ok, 1 failure, 2 configuration error).
 
@@ -162,6 +172,7 @@ async def run_agent_command(
         stream=stream,
         stdout=stdout,
         sandbox=sandbox,
+        server_of=server_of,
     )
     llm = create_provider(
         settings.provider,
@@ -231,6 +242,7 @@ async def run_prompt(
             on_event=printer.event,
             history=history,
             on_text=printer.text if options.stream else None,
+            tool_search=options.tool_search,
         )
     except MaxTurnsExceededError as exc:
         failure = str(exc)
@@ -251,12 +263,12 @@ async def run_prompt(
             json_line(stdout, _json(result, model, route))
         else:
             printer.answer(result.output)
-        printer.note(usage_line(result.turns, result.usage, time.monotonic() - started))
+        printer.note(_usage_line(result, time.monotonic() - started))
         return PromptOutcome(0, result, None, model, route)
     extra = route.usage if route else Usage()
     result = _with_usage(result, extra) if result is not None else None
     if result is not None and (result.turns or result.usage != Usage()):
-        printer.note(usage_line(result.turns, result.usage, time.monotonic() - started))
+        printer.note(_usage_line(result, time.monotonic() - started))
     elif result is None and extra != Usage():
         printer.note(usage_line(0, extra, time.monotonic() - started))
     printer.note(failure)
@@ -271,6 +283,10 @@ async def run_prompt(
         data["error"] = failure
         json_line(stdout, data)
     return PromptOutcome(1, result, failure, model, route)
+
+
+def _usage_line(result: AgentResult, seconds: float) -> str:
+    return usage_line(result.turns, result.usage, seconds, per_turn=result.turn_usage, tools=result.tools)
 
 
 def _with_usage(result: AgentResult, extra: Usage) -> AgentResult:

@@ -24,10 +24,12 @@ from typing import Any, Protocol
 import anyio
 from mcp import types
 
+from omega_mcp.agent.deferred import AgentToolSearch, DeferredTools
 from omega_mcp.agent.tools import DEFAULT_MAX_RESULT_CHARS, ToolCatalog, capped, result_parts
 from omega_mcp.errors import ContextOverflowError, MaxTurnsExceededError, ProviderError, ToolError
 from omega_mcp.messages import (
     AssistantMessage,
+    ImagePart,
     Message,
     ModelResponse,
     TextPart,
@@ -35,6 +37,7 @@ from omega_mcp.messages import (
     ToolCallPart,
     ToolResult,
     ToolResultsMessage,
+    ToolSpec,
     Usage,
     UserMessage,
     message_to_json,
@@ -45,6 +48,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "AgentEvent",
     "AgentResult",
+    "AgentToolSearch",
     "ContextElidedEvent",
     "TextEvent",
     "ThinkingEvent",
@@ -136,14 +140,36 @@ class AgentResult:
     usage: Usage
     messages: tuple[Message, ...]
     finish_reason: str | None = None
+    turn_usage: tuple[Usage, ...] = ()
+    """The usage of each request, in order."""
+    tools: ToolsInfo | None = None
+    """What the model was offered (None when the run offered no tools)."""
 
     def to_json(self) -> dict[str, Any]:
+        usage = self.usage.to_json()
+        if self.turn_usage:
+            usage["per_turn"] = [u.to_json() for u in self.turn_usage]
+        if self.tools is not None and self.tools.search:
+            usage["tool_search"] = self.tools.to_json()
         return {
             "output": self.output,
             "turns": self.turns,
-            "usage": self.usage.to_json(),
+            "usage": usage,
             "messages": [message_to_json(m) for m in self.messages],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsInfo:
+    """The tools of a run: how many were offered, whether tool search was on, and how many the model
+    had in full by the last request (the visible ones, `search_tools`, and those found or called)."""
+
+    offered: int
+    search: bool
+    loaded: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offered": self.offered, "loaded": self.loaded}
 
 
 async def run_agent(
@@ -160,6 +186,7 @@ async def run_agent(
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     history: Sequence[Message] = (),
     on_text: Callable[[str], None] | None = None,
+    tool_search: AgentToolSearch | None = None,
 ) -> AgentResult:
     """Run the loop until the model answers without calling tools.
 
@@ -169,7 +196,9 @@ async def run_agent(
     earlier conversation this prompt continues (a resumed session); the result's `messages` hold it
     too. With `on_text` the provider streams and answer text reaches `on_text` as it arrives.
     A request refused for overflowing the context window is made once more with the older tool
-    results elided (`elide_tool_results`, announced by a `ContextElidedEvent`).
+    results elided (`elide_tool_results`, announced by a `ContextElidedEvent`). With `tool_search`
+    (and a catalog its mode finds large enough) the model starts with the always-visible tools and
+    `search_tools` (`agent/deferred.py`).
 
     Raises:
         MaxTurnsExceededError: the model still called tools in request number `max_turns`
@@ -185,29 +214,58 @@ async def run_agent(
     emit = on_event or _ignore
     listed = await tools.list_tools() if allowed_tools is None or len(allowed_tools) > 0 else []
     catalog = ToolCatalog(listed, allowed_tools)
+    deferred: DeferredTools | None = None
+    if tool_search is not None and DeferredTools.active(listed, catalog, tool_search):
+        native = getattr(provider, "defers_tools", False) is True  # an optional capability of a provider
+        deferred = DeferredTools(listed, catalog, tool_search, native=native)
     messages: list[Message] = [*history, UserMessage(prompt)]
     usage = Usage()
+    per_turn: list[Usage] = []
+
+    def info() -> ToolsInfo | None:
+        if not catalog.specs:
+            return None
+        loaded = deferred.loaded() if deferred is not None else len(catalog.specs)
+        return ToolsInfo(len(catalog.specs), deferred is not None, loaded)
+
+    def result(output: str, turn: int, finish_reason: str | None = None) -> AgentResult:
+        return AgentResult(output, turn, usage, tuple(messages), finish_reason, tuple(per_turn), info())
+
     for turn in range(1, max_turns + 1):
+        specs = deferred.specs if deferred is not None else catalog.specs
         try:
             response = await _request_fitting(
-                provider, model=model, system=system, messages=messages, catalog=catalog, emit=emit, on_text=on_text
+                provider,
+                model=model,
+                system=system,
+                messages=messages,
+                tools=specs,
+                catalog=catalog,
+                emit=emit,
+                on_text=on_text,
             )
         except ProviderError as exc:
             # What the run cost and said so far still matters to the caller (`--json`, billing).
-            setattr(exc, _PARTIAL, AgentResult("", turn - 1, usage, tuple(messages)))
+            setattr(exc, _PARTIAL, result("", turn - 1))
             raise
         usage += response.usage
+        per_turn.append(response.usage)
         message = response.message
         messages.append(message)
         calls = message.tool_calls
         _emit_parts(message, catalog, emit, final=not calls, run=turn < max_turns)
         if not calls:
-            return AgentResult(message.text, turn, usage, tuple(messages), response.finish_reason)
+            return result(message.text, turn, response.finish_reason)
         if turn == max_turns:
-            partial = AgentResult(message.text, turn, usage, tuple(messages))
-            raise MaxTurnsExceededError(max_turns, partial)
+            raise MaxTurnsExceededError(max_turns, result(message.text, turn))
         results = await _run_calls(
-            calls, tools, catalog, emit, timeout_seconds=tool_timeout_seconds, max_result_chars=max_result_chars
+            calls,
+            tools,
+            catalog,
+            emit,
+            timeout_seconds=tool_timeout_seconds,
+            max_result_chars=max_result_chars,
+            deferred=deferred,
         )
         messages.append(ToolResultsMessage(results))
     raise AssertionError("unreachable: the last turn either returns or raises")
@@ -229,15 +287,14 @@ async def _request_fitting(
     model: str,
     system: str | None,
     messages: list[Message],
+    tools: Sequence[ToolSpec],
     catalog: ToolCatalog,
     emit: Callable[[AgentEvent], None],
     on_text: Callable[[str], None] | None,
 ) -> ModelResponse:
     """The next turn; on a context overflow, elide older tool results in `messages` and try once more."""
     try:
-        return await provider.request(
-            model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
-        )
+        return await provider.request(model=model, system=system, messages=messages, tools=tools, on_text=on_text)
     except ContextOverflowError as exc:
         count, characters = elide_tool_results(messages, lambda name: catalog.tool_name(name) or name)
         if count == 0:
@@ -247,9 +304,7 @@ async def _request_fitting(
             ) from exc
         emit(ContextElidedEvent(count, characters))
     try:
-        return await provider.request(
-            model=model, system=system, messages=messages, tools=catalog.specs, on_text=on_text
-        )
+        return await provider.request(model=model, system=system, messages=messages, tools=tools, on_text=on_text)
     except ContextOverflowError as exc:
         raise ContextOverflowError(
             f"the conversation does not fit the model's context window even with {count} older tool "
@@ -303,7 +358,10 @@ def _result_at(messages: list[Message], place: tuple[int, int]) -> ToolResult:
 
 
 def _size(result: ToolResult) -> int:
-    return sum(len(part.text) if isinstance(part, TextPart) else len(part.data) for part in result.content)
+    return sum(
+        len(part.text) if isinstance(part, TextPart) else len(part.data) if isinstance(part, ImagePart) else 0
+        for part in result.content
+    )
 
 
 def _is_stub(result: ToolResult) -> bool:
@@ -336,11 +394,17 @@ async def _run_calls(
     *,
     timeout_seconds: float,
     max_result_chars: int,
+    deferred: DeferredTools | None = None,
 ) -> tuple[ToolResult, ...]:
     results: list[ToolResult | None] = [None] * len(calls)
 
     async def run_one(index: int, call: ToolCallPart) -> None:
-        result = await _run_call(call, tools, catalog, timeout_seconds, max_result_chars)
+        if deferred is not None and call.name == deferred.search_spec.name and catalog.tool_name(call.name) is None:
+            result = deferred.search(call.id, call.name, call.arguments)
+        else:
+            result = await _run_call(call, tools, catalog, timeout_seconds, max_result_chars)
+            if deferred is not None and catalog.tool_name(call.name) is not None:
+                deferred.add([call.name])  # a tool called by name joins the following requests
         results[index] = result
         emit(ToolResultEvent(call.id, catalog.tool_name(call.name) or call.name, result.text(), result.is_error))
 

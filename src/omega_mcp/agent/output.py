@@ -18,7 +18,14 @@ import stat
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from omega_mcp.agent.loop import AgentEvent, ContextElidedEvent, TextEvent, ToolCallEvent, ToolResultEvent
+from omega_mcp.agent.loop import (
+    AgentEvent,
+    ContextElidedEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    ToolsInfo,
+)
 from omega_mcp.messages import Message, ModelResponse, ToolSpec, Usage
 from omega_mcp.providers import Provider
 from omega_mcp.visible import json_safe
@@ -27,6 +34,7 @@ __all__ = ["PREFIX", "Printer", "StreamedTurns", "json_line", "line", "streams_l
 
 PREFIX = "omega-mcp agent: "
 _SHORT = 300
+_PER_TURN_SHOWN = 8
 
 
 def streams_live(stream: TextIO) -> bool:
@@ -109,6 +117,11 @@ class StreamedTurns:
     def name(self) -> str:
         return self._provider.name
 
+    @property
+    def defers_tools(self) -> bool:
+        """Whether the wrapped provider loads deferred tools itself (`agent/deferred.py`)."""
+        return getattr(self._provider, "defers_tools", False) is True
+
     async def request(
         self,
         *,
@@ -132,9 +145,13 @@ class StreamedTurns:
         await self._provider.aclose()
 
 
-def usage_line(turns: int, usage: Usage, seconds: float) -> str:
+def usage_line(
+    turns: int, usage: Usage, seconds: float, *, per_turn: Sequence[Usage] = (), tools: ToolsInfo | None = None
+) -> str:
     """`3 turns, 12,345 in (8,000 cached) / 456 out, 4.2 s`: cache reads, cache writes and the
-    cost only when the provider reported them."""
+    cost only when the provider reported them. With tool search on (`tools.search`), then the input
+    tokens of each request and how many of the offered tools the model had in full:
+    `; in per turn: 2,100 / 2,350; tool search: 5 of 471 tools loaded`."""
     cache: list[str] = []
     if usage.cache_read_tokens:
         cache.append(f"{usage.cache_read_tokens:,} cached")
@@ -142,7 +159,15 @@ def usage_line(turns: int, usage: Usage, seconds: float) -> str:
         cache.append(f"{usage.cache_write_tokens:,} written to cache")
     tokens = f"{usage.input_tokens:,} in" + (f" ({', '.join(cache)})" if cache else "")
     cost = f", ${usage.cost:.4f}" if usage.cost is not None else ""
-    return f"{turns} turn{'' if turns == 1 else 's'}, {tokens} / {usage.output_tokens:,} out{cost}, {seconds:.1f} s"
+    text = f"{turns} turn{'' if turns == 1 else 's'}, {tokens} / {usage.output_tokens:,} out{cost}, {seconds:.1f} s"
+    if tools is not None and tools.search:
+        shown = [f"{u.input_tokens:,}" for u in per_turn[:_PER_TURN_SHOWN]]
+        if len(per_turn) > _PER_TURN_SHOWN:
+            shown.append("...")
+        if shown:
+            text += f"; in per turn: {' / '.join(shown)}"
+        text += f"; tool search: {tools.loaded} of {tools.offered} tools loaded"
+    return text
 
 
 def _shorten(text: str) -> str:

@@ -36,6 +36,7 @@ class ToolCatalog:
     def __init__(self, tools: Iterable[types.Tool], allowed: Sequence[str] | None = None) -> None:
         self.specs: tuple[ToolSpec, ...]
         self._to_tool: dict[str, str] = {}
+        self._to_wire: dict[str, str] = {}
         chosen: dict[str, types.Tool] = {}
         for tool in tools:
             if allowed is not None and not any(fnmatch.fnmatchcase(tool.name, glob) for glob in allowed):
@@ -49,6 +50,7 @@ class ToolCatalog:
             if name not in wire_of:
                 wire_of[name] = self._wire_name(name)
                 self._to_tool[wire_of[name]] = name
+        self._to_wire = wire_of
         self.specs = tuple(
             ToolSpec(wire_of[tool.name], tool.description or tool.title or tool.name, tool.input_schema)
             for tool in chosen.values()
@@ -62,6 +64,10 @@ class ToolCatalog:
         if candidate in self._to_tool:
             candidate = fit_name(candidate, key=name)
         return candidate
+
+    def wire_name(self, tool_name: str) -> str | None:
+        """The wire name of an offered tool (by its ToolHost name), or None when it is not offered."""
+        return self._to_wire.get(tool_name)
 
     def tool_name(self, wire_name: str) -> str | None:
         """The ToolHost name behind a wire name, or None for a name this catalog never offered."""

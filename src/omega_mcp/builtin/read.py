@@ -1,14 +1,18 @@
-"""The `read` built-in tool: numbered lines (`cat -n` style) of a regular file, bounded in memory and output.
+"""The `read` built-in tool: numbered lines (`cat -n` style) of a text file, an image as an image, bounded.
 
-Blocking file I/O runs in a worker thread. The file is streamed in chunks and split at the byte
-level, keeping at most 2000 characters a line, so memory stays small for any file size; one call
-scans at most 1 GiB or 15 s and says where it stopped. Anything that is not a regular file is refused
-before a byte is read (`sandbox/paths.py` opens the path), and output over 50,000 characters is cut
-with an honest notice.
+Blocking file I/O runs in a worker thread. The first 8 KiB decide what the file is (`filetype.py`):
+a PNG, JPEG, GIF or WebP image (up to 3.75 MiB: 5 MiB in base64, what the model APIs take) comes
+back as MCP image content; any other binary file is an error naming its size and type, never raw
+bytes. Text is streamed in chunks and split at the byte level, keeping at most 2000 characters a
+line, so memory stays small for any file size; one call scans at most 1 GiB or 15 s and says where
+it stopped. Control characters other than tab and newline are shown as `\\xNN`. Anything that is
+not a regular file is refused before a byte is read (`sandbox/paths.py` opens the path), and output
+over 50,000 characters is cut with an honest notice.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from pathlib import Path
@@ -16,6 +20,7 @@ from pathlib import Path
 import anyio
 from mcp import types
 
+from omega_mcp.builtin.filetype import IMAGE_TYPES, SNIFF_BYTES, FileKind, sniff, visible_controls
 from omega_mcp.builtin.schemas import DEFAULT_READ_LIMIT, ReadArgs
 from omega_mcp.builtin.text import plural
 from omega_mcp.errors import ToolError
@@ -34,6 +39,8 @@ _COUNT_SCAN_BYTES = 64 * 1024 * 1024  # how far past a truncation we keep counti
 # a huge binary) or a far offset must not keep a call busy for minutes.
 _SCAN_BUDGET_BYTES = 1024 * 1024 * 1024
 _READ_SECONDS = 15.0
+MAX_IMAGE_BYTES = 3 * 1024 * 1024 + 768 * 1024
+"""3.75 MiB: 5 MiB in base64, the most Anthropic's API takes in one image (OpenAI and Gemini take more)."""
 
 
 class _ScanBudgetExceeded(Exception):
@@ -47,13 +54,14 @@ class _Lines:
     reads at most `_SCAN_BUDGET_BYTES` within `_READ_SECONDS`: then `stopped` is set (`skip` raises).
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, head: bytes = b"") -> None:
+        """`head`: what was already read from the start of `fd` (to judge the file type)."""
         self._fd = fd
-        self._buf = b""
+        self._buf = head
         self._pos = 0
         self._partial = False  # bytes of an unterminated line were consumed
         self._deadline = time.monotonic() + _READ_SECONDS
-        self.bytes_read = 0
+        self.bytes_read = len(head)
         self.stopped = False
         """The scan budget ran out: the last line returned may be cut short, and more may follow."""
 
@@ -129,24 +137,25 @@ def _render(number: int, kept: bytes, total: int, *, cut: bool = False) -> str:
     text = kept.decode("utf-8", "replace")
     if cut:
         return (
-            f"{number:6d}\t{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; it is longer than "
-            f"{total} bytes (reading stopped before its end)]"
+            f"{number:6d}\t{visible_controls(text)[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; "
+            f"it is longer than {total} bytes (reading stopped before its end)]"
         )
     if total <= len(kept):
-        text = text.removesuffix("\r")
+        text = visible_controls(text.removesuffix("\r"))
         if len(text) <= MAX_LINE_CHARS:
             return f"{number:6d}\t{text}"
         full = f"{len(text)} characters"
     else:
+        text = visible_controls(text)
         full = f"{total} bytes"
     return (
         f"{number:6d}\t{text[:MAX_LINE_CHARS]} [... line cut at {MAX_LINE_CHARS} characters; the full line has {full}]"
     )
 
 
-def _read_lines(fd: int, path: Path, start: int, limit: int, *, say_more: bool = False) -> str:
+def _read_lines(fd: int, path: Path, start: int, limit: int, *, say_more: bool = False, head: bytes = b"") -> str:
     """Render lines `start`..`start+limit-1`; with `say_more`, note when the file goes on after them."""
-    lines = _Lines(fd)
+    lines = _Lines(fd, head)
     if start > 1:
         try:
             skipped = lines.skip(start - 1)
@@ -230,13 +239,54 @@ def _truncation_notice(lines: _Lines, *, start: int, first_cut: int, last: int, 
     )
 
 
-def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> str:
+def _size(fd: int, seen: int) -> str:
+    size = os.fstat(fd).st_size
+    return f"{size:,} bytes" if size >= seen else f"at least {seen:,} bytes"  # /proc files say 0
+
+
+def _image(fd: int, path: Path, head: bytes, kind: FileKind) -> types.CallToolResult:
+    """The whole image as MCP image content, with a line naming it; refused over MAX_IMAGE_BYTES."""
+    assert kind.mime_type is not None
+    name = IMAGE_TYPES[kind.mime_type]
+    chunks, total = [head], len(head)
+    too_big = os.fstat(fd).st_size > MAX_IMAGE_BYTES
+    while not too_big and (chunk := os.read(fd, _CHUNK_BYTES)):  # a file that grows meanwhile is bounded too
+        chunks.append(chunk)
+        total += len(chunk)
+        too_big = total > MAX_IMAGE_BYTES
+    if too_big:
+        raise ToolError(
+            f"{path} is a {name} image of {_size(fd, total)}: read returns images of at most "
+            f"{MAX_IMAGE_BYTES / 1024 / 1024:g} MiB (5 MiB in base64, what model APIs take); make a smaller copy "
+            "first, e.g. with bash: `convert IN -resize 50% OUT` (ImageMagick)"
+        )
+    data = base64.b64encode(b"".join(chunks)).decode("ascii")
+    return types.CallToolResult(
+        content=[
+            types.TextContent(text=f"{path}: {name} image, {total:,} bytes"),
+            types.ImageContent(data=data, mime_type=kind.mime_type),
+        ]
+    )
+
+
+def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
     path = resolve_path(policy, args.file_path)
     fd = open_readable(policy, path)
     try:
+        head = os.read(fd, SNIFF_BYTES)
+        kind = sniff(head, path)
+        if kind.mime_type is not None:
+            return _image(fd, path, head, kind)
+        if not kind.text:
+            raise ToolError(
+                f"{path} is a binary file ({kind.description}, {_size(fd, len(head))}): read shows text files and "
+                f"images ({', '.join(IMAGE_TYPES.values())}); look into it with bash instead, e.g. `file`, "
+                "`xxd FILE | head`, `strings`, `unzip -l`, `tar -tf`"
+            )
         # Only a defaulted limit gets the note: a caller who chose a limit knows it asked for a part.
         limit = args.limit or DEFAULT_READ_LIMIT
-        return _read_lines(fd, path, args.offset or 1, limit, say_more=args.limit is None)
+        text = _read_lines(fd, path, args.offset or 1, limit, say_more=args.limit is None, head=head)
+        return text_result(visible_controls(text))  # the lines are clean already; the path may not be
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "read")) from None
     finally:
@@ -244,10 +294,16 @@ def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> str:
 
 
 async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
-    """The `read` tool: numbered lines (`cat -n` style) of a regular file, bounded in memory and output.
+    """The `read` tool: numbered lines (`cat -n` style) of a text file, an image as image content.
 
     Raises:
         PathDeniedError: an environ file, the token, omega's state or a hidden secret (`[sandbox] hide`).
-        ToolError: missing, not a regular file, I/O error.
+        ToolError: missing, not a regular file, another binary file, an image too large, I/O error.
     """
-    return text_result(await anyio.to_thread.run_sync(_read_sync, policy, args))
+    try:
+        return await anyio.to_thread.run_sync(_read_sync, policy, args)
+    except ToolError as exc:
+        message = str(exc)
+        if visible_controls(message) != message:  # a file name with control characters in it
+            raise ToolError(visible_controls(message)) from None
+        raise

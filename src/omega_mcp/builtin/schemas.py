@@ -3,7 +3,9 @@
 The pydantic models are the single source of truth: they validate incoming arguments and
 generate the published `inputSchema` (cleaned of pydantic's titles and `anyOf: [X, null]`
 noise so every model and provider can follow it). Unknown fields are rejected, so a model
-that sends `path` instead of `file_path` is told so instead of being silently ignored.
+that sends `path` instead of `file_path` is told so instead of being silently ignored, and
+types are strict: a string is never taken for a number or a boolean. A whole number sent as
+`5.0` is still an integer (JSON Schema's `integer` allows it).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp import types
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -28,7 +30,8 @@ DEFAULT_READ_LIMIT = 2000
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: `"timeout": "5"` is a mistake the model should hear of, not a number.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class BashArgs(_Args):
@@ -55,6 +58,11 @@ class ReadArgs(_Args):
     limit: int | None = Field(
         default=None, ge=1, description=f"Maximum number of lines to read (default {DEFAULT_READ_LIMIT})."
     )
+
+    @field_validator("offset", "limit", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class WriteArgs(_Args):
@@ -121,12 +129,15 @@ and stop with `kill_shell`.
 - stdin is /dev/null: interactive commands (editors, prompts, pagers) cannot work; pass flags like `-y`.
 - Writes may be confined by the sandbox (workspace, /tmp and configured roots) and network may be off."""
 
-_READ_DESCRIPTION = """Read a text file and return its lines numbered like `cat -n` (line number, tab, text).
+_READ_DESCRIPTION = """Read a text file and return its lines numbered like `cat -n` (line number, tab, text); \
+an image (PNG, JPEG, GIF, WebP, up to 3.75 MiB) comes back as an image you can look at.
 
 - Relative paths resolve against the workspace. Reads up to 2000 lines by default: use `offset` (1-based line) and \
 `limit` to page through large files.
 - Lines longer than 2000 characters are cut; output over 50,000 characters is truncated with `output truncated`.
-- Undecodable bytes are replaced. Directories, devices, FIFOs and sockets are refused with a clear error."""
+- Undecodable bytes are replaced; control characters other than tab are shown as `\\xNN`.
+- Other binary files (PDF, archives, executables, ...) are refused with their size and type: inspect them with bash.
+- Directories, devices, FIFOs and sockets are refused with a clear error."""
 
 _WRITE_DESCRIPTION = """Write a file, replacing it entirely if it exists (atomically: readers never see a partial \
 file; the file mode is kept).

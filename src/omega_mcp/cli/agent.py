@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TextIO, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO, cast
 
 from omega_mcp.cli.common import UsageError, say
 from omega_mcp.cli.signals import SignalGuard
@@ -27,7 +28,20 @@ from omega_mcp.cli.toolbox import needs_servers, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
+if TYPE_CHECKING:
+    from omega_mcp.toolbox import Toolbox
+
 __all__ = ["converses", "run_agent"]
+
+
+def _server_of(toolbox: Toolbox) -> Callable[[str], str | None]:
+    """A tool name's servers.toml key (None: a built-in), for the tool search's ranking."""
+
+    def server_of(name: str) -> str | None:
+        route = toolbox.namespace().resolve(name)
+        return route.server_name if route is not None else None
+
+    return server_of
 
 
 def converses(args: argparse.Namespace) -> bool:
@@ -108,4 +122,5 @@ async def run_agent(
                 stream=False if args.no_stream else None,
                 sandbox=toolbox.policy,
                 session=session,
+                server_of=_server_of(toolbox),
             )

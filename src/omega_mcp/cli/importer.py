@@ -3,7 +3,10 @@
 Reads `.mcp.json`, `~/.claude.json` (top-level and per-project `mcpServers`) or
 `claude_desktop_config.json`, and edits servers.toml with tomlkit so comments, formatting and
 existing entries survive. Keys that are not valid server keys are renamed (and reported);
-names already present are kept unless `overwrite`. An entry that launches omega itself
+names already present are kept unless `overwrite`. Nothing is dropped without a word: a name
+that occurs again (in another project's `mcpServers`, or twice in one object, where the last
+counts as in Claude Code) is reported with where it was, an entry that is not a JSON object and
+the fields omega has no setting for are reported too. An entry that launches omega itself
 (`proxy.recursion.launches_omega`: typically the one `claude-config` wrote) is skipped, since omega
 never runs itself. `${VAR}` references are copied as written; those whose variable is unset in the
 importing environment are reported, since the server stays failed until it is set. The new file is
@@ -49,6 +52,10 @@ class ImportReport:
     renamed: dict[str, str] = field(default_factory=dict[str, str])
     unsupported: dict[str, str] = field(default_factory=dict[str, str])
     unset: list[tuple[str, str, str]] = field(default_factory=list[tuple[str, str, str]])
+    dropped: list[tuple[str, str]] = field(default_factory=list[tuple[str, str]])
+    """Source entries not imported at all, as (name, why): a repeated name, an entry that is no object."""
+    ignored: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    """Fields of imported entries that omega has no setting for, by source name."""
 
 
 def _server_key(name: str) -> str:
@@ -58,14 +65,33 @@ def _server_key(name: str) -> str:
     return key or "server"
 
 
-def read_mcp_servers(source: Path) -> dict[str, dict[str, Any]]:
-    """The `mcpServers` object of a Claude Code / Desktop JSON file (project entries merged in).
+class _Object(dict[str, Any]):
+    """A JSON object that remembers the keys it had more than once (the last value counts)."""
+
+    repeated: list[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    result = _Object(pairs)
+    result.repeated = []
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            result.repeated.append(key)
+        seen.add(key)
+    return result
+
+
+def read_mcp_servers(source: Path, dropped: list[tuple[str, str]] | None = None) -> dict[str, dict[str, Any]]:
+    """The `mcpServers` object of a Claude Code / Desktop JSON file (project entries merged in: the
+    first of a name wins). Every entry left out is appended to `dropped` as (name, why).
 
     Raises:
         ConfigError: unreadable file, invalid JSON, or no `mcpServers` in it.
     """
+    dropped = [] if dropped is None else dropped
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        data = json.loads(source.read_text(encoding="utf-8"), object_pairs_hook=_object)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=str(source)) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -74,17 +100,28 @@ def read_mcp_servers(source: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError("expected a JSON object with `mcpServers`", path=str(source))
     root = cast(dict[str, Any], data)
     found: dict[str, dict[str, Any]] = {}
-    sections: list[Any] = [root.get("mcpServers")]
+    origin: dict[str, str] = {}
+    sections: list[tuple[str, Any]] = [("mcpServers", root.get("mcpServers"))]
     projects = root.get("projects")
     if isinstance(projects, dict):
-        for project in cast(dict[str, object], projects).values():
+        for path, project in cast(dict[str, object], projects).items():
             if isinstance(project, dict):
-                sections.append(cast(dict[str, object], project).get("mcpServers"))
-    for section in sections:
-        if isinstance(section, dict):
-            for name, entry in cast(dict[str, Any], section).items():
-                if isinstance(entry, dict):
-                    found.setdefault(name, cast(dict[str, Any], entry))
+                sections.append(
+                    (f"the mcpServers of project {path}", cast(dict[str, object], project).get("mcpServers"))
+                )
+    for where, section in sections:
+        if not isinstance(section, dict):
+            continue
+        for name in section.repeated if isinstance(section, _Object) else ():
+            dropped.append((name, f"{where} names it more than once: the last one counts (as in Claude Code)"))
+        for name, entry in cast(dict[str, Any], section).items():
+            if not isinstance(entry, dict):
+                dropped.append((name, f"its entry in {where} is not a JSON object"))
+            elif name in found:
+                same = "the same entry" if entry == found[name] else "another entry"
+                dropped.append((name, f"{where} has {same} by this name; the one in {origin[name]} was imported"))
+            else:
+                found[name], origin[name] = cast(dict[str, Any], entry), where
     if not found:
         raise ConfigError("no `mcpServers` entries found", path=str(source), key="mcpServers")
     return found
@@ -107,6 +144,9 @@ _CONFINE_HINT = (
     'sandbox = "default"   # uncomment to confine it: writes only to its own directory, no network',
     "(or sandbox = { network = true, write_roots = [...] }: see the README, Confined servers)",
 )
+
+
+_KNOWN_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "url", "headers", "disabled"})
 
 
 def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
@@ -144,7 +184,8 @@ def _entry_table(entry: dict[str, Any]) -> tuple[Table | None, str | None]:
     if entry.get("disabled") is True:
         table.add("enabled", False)
     try:
-        ServerConfig.model_validate(table.unwrap())  # what servers.toml would refuse is reported, not written
+        # What servers.toml would refuse is reported, not written (validated as load_config does).
+        ServerConfig.model_validate_json(json.dumps(table.unwrap()))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
@@ -183,7 +224,8 @@ def import_servers(
     Raises:
         ConfigError: the source cannot be read, the target cannot be parsed, or the result is invalid.
     """
-    servers = read_mcp_servers(source)
+    report = ImportReport()
+    servers = read_mcp_servers(source, report.dropped)
     try:
         document = tomlkit.parse(target.read_text(encoding="utf-8")) if target.exists() else tomlkit.document()
     except (OSError, UnicodeDecodeError) as exc:
@@ -196,7 +238,6 @@ def import_servers(
         document.add("servers", section)
     elif not isinstance(section, Table):
         raise ConfigError("`servers` must be a table", path=str(target), key="servers")
-    report = ImportReport()
     for name, entry in servers.items():
         key = _server_key(name)
         # Two source names may map to one key (`a__b`, `a_b`): the second gets a suffix, not dropped.
@@ -209,6 +250,8 @@ def import_servers(
         if table is None:
             report.unsupported[name] = problem or "unsupported"
             continue
+        if ignored := sorted(set(entry) - _KNOWN_FIELDS):
+            report.ignored[name] = ignored
         if key in section:
             if not overwrite:
                 report.skipped.append(key)

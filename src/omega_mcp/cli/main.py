@@ -23,7 +23,7 @@ import anyio
 from omega_mcp.cli.agent import converses, run_agent
 from omega_mcp.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, say
 from omega_mcp.cli.login import DEFAULT_LOGIN_TIMEOUT, run_login, run_logout
-from omega_mcp.cli.oneshot import run_call, run_tools
+from omega_mcp.cli.oneshot import run_call, run_search, run_tools
 from omega_mcp.cli.register import run_claude_config, run_import
 from omega_mcp.cli.serve import run_serve
 from omega_mcp.cli.signals import SignalGuard
@@ -131,6 +131,24 @@ def build_parser() -> argparse.ArgumentParser:
         "arguments", metavar="JSON_ARGS", nargs="?", default="{}", help="tool arguments as a JSON object (default: {})"
     )
     _add_common(call)
+
+    search = sub.add_parser(
+        "search",
+        help="rank the namespace's tools for a query, as the hub's search_tools does",
+        description="Rank the aggregated namespace for QUERY (keywords or a step description; select:NAME,NAME "
+        "picks tools by name) and print the best tools, one per line: name, then description.",
+        epilog="Exit codes: 0 searched (a query nothing matches prints a hint on stderr), 2 usage or config error.",
+    )
+    search.add_argument("query", metavar="QUERY", help="keywords, a step description, or select:NAME[,NAME...]")
+    search.add_argument(
+        "--limit", type=int, default=5, metavar="N", help="how many tools to show (default: 5; above 20 means 20)"
+    )
+    search.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"tools": [{"name", "server", "description", "inputSchema"}, ...]} as search_tools returns it',
+    )
+    _add_common(search)
 
     agent = sub.add_parser("agent", help="run the agent loop with an HTTP LLM provider over the same tools")
     agent.add_argument(
@@ -314,6 +332,8 @@ async def _one_shot(config: Config, args: argparse.Namespace, early: EarlyStarts
             return await run_tools(config, args, out, early)
         case "call":
             return await run_call(config, args, out, early)
+        case "search":
+            return await run_search(config, args, out, early)
         case "agent":
             return await run_agent(config, args, out, early)
         case "import":
@@ -372,7 +392,7 @@ def _warn_if_root(args: argparse.Namespace) -> None:
     line = root_warning()
     if (
         line is not None
-        and args.command in ("serve", "tools", "call", "agent")
+        and args.command in ("serve", "tools", "call", "search", "agent")
         and logger.isEnabledFor(logging.WARNING)
     ):
         say(line)
@@ -400,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(args.log_level)
         _refuse_recursion(args)
         config = _load(args)
-        if args.command in ("serve", "tools", "call", "agent", "login"):
+        if args.command in ("serve", "tools", "call", "search", "agent", "login"):
             check_trust(config, args)  # before any server starts: a planted config's never runs
         _warn_if_root(args)
         guard.hold()  # from here on a signal must reach the cleanup that stops the servers

@@ -1,11 +1,13 @@
 """`omega-mcp tools` and `omega-mcp call`: look at the aggregated namespace, or call one tool, from a shell.
 
-Both are one-shot: they start the toolbox, wait until every downstream server has connected or
-failed, do their one thing and exit. Results go to stdout (a table, JSON, or the tool's content
-blocks), notes to stderr. `tools` says first which config file it used, shows a server that did
-not connect as `failed: <reason>` (it looks once: no retry is announced, none happens) and exits 1
-when any enabled server is not connected, so a script can check a setup. `call` exits 1 when the
-result is an error or the tool is unknown, and a built-in tool starts no downstream server at all.
+Both are one-shot: they start the toolbox, do their one thing and exit. `tools` waits until every
+downstream server has connected or failed; `call` waits only for the server its tool belongs to
+(and for all of them only when the name is unknown, to suggest the closest names). Results go to
+stdout (a table, JSON, or the tool's content blocks), notes to stderr. `tools` says first which
+config file it used, shows a server that did not connect as `failed: <reason>` (it looks once: no
+retry is announced, none happens) and exits 1 when any enabled server is not connected, so a script
+can check a setup. `call` exits 1 when the result is an error or the tool is unknown, and a
+built-in tool starts no downstream server at all.
 The SDK-backed modules are imported inside the functions, after `EarlyStarts.start` (proxy/spawn.py).
 """
 
@@ -24,7 +26,7 @@ from omega_mcp.proxy.spawn import EarlyStarts
 if TYPE_CHECKING:
     from omega_mcp.proxy.supervisor import ServerStatus
 
-__all__ = ["run_call", "run_tools"]
+__all__ = ["run_call", "run_search", "run_tools"]
 
 
 def _tool_json(tool: Any) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def _state(status: ServerStatus) -> str:
 
 def _reason(status: ServerStatus) -> str | None:
     if _state(status) != "failed":
-        return None
+        return status.reason if status.state == "connected" else None  # connected, but a login is needed
     if status.reason:
         return status.reason
     return "did not connect in time" if status.state == "connecting" else "not connected"
@@ -47,7 +49,8 @@ def _reason(status: ServerStatus) -> str | None:
 def _server_line(status: ServerStatus, confinement: dict[str, object]) -> str:
     if status.state == "connected":
         how = (", confined" + (" with network" if confinement["network"] else "")) if confinement["confined"] else ""
-        return f"{status.server_name}: connected ({len(status.tools)} tools{how})"
+        needs = f"; {status.reason}" if status.reason else ""
+        return f"{status.server_name}: connected ({len(status.tools)} tools{how}){needs}"
     if status.state == "disabled":
         return f"{status.server_name}: disabled"
     return f"{status.server_name}: failed: {_reason(status)}"
@@ -126,9 +129,15 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
         raise UsageError(f"JSON_ARGS is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
         raise UsageError('JSON_ARGS must be a JSON object, e.g. \'{"command": "ls"}\'')
-    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, _):
+    async with open_toolbox(config, args, early, with_servers=needs_servers(args)) as (toolbox, downstreams):
         try:
-            result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+            try:
+                result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
+            except UnknownToolError:
+                if downstreams.ready:
+                    raise
+                await downstreams.wait_ready()  # the name is unknown: look once more with every server in
+                result = await toolbox.call_tool(args.tool, arguments)  # pyright: ignore[reportUnknownArgumentType]
         except (UnknownToolError, DownstreamRefusedError) as exc:
             sys.stderr.write(f"omega-mcp: {exc}\n")
             return EXIT_FAILURE
@@ -146,3 +155,47 @@ async def run_call(config: Config, args: argparse.Namespace, out: TextIO, early:
             "`omega-mcp call` exits after one call; use `omega-mcp serve` (an MCP client) for background work"
         )
     return EXIT_FAILURE if result.is_error else EXIT_OK
+
+
+async def run_search(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
+    """Rank the namespace for QUERY as `search_tools` does; print `name  description` lines, or the
+    `structuredContent` with --json. A query nothing matches prints a hint on stderr and exits 0."""
+    from omega_mcp.toolsearch import MAX_LIMIT, ToolFinder, entries_of, found_result
+
+    if args.limit < 1:
+        raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    async with open_toolbox(config, args, early) as (toolbox, downstreams):
+        tools = await toolbox.list_tools()
+        namespace = toolbox.namespace()
+
+        def server_of(name: str) -> str | None:
+            route = namespace.resolve(name)
+            return route.server_name if route is not None else None
+
+        def exported(name: str) -> str | None:
+            route = namespace.resolve(name)
+            return namespace.name_of(route) if route is not None else None
+
+        finder = ToolFinder()
+        finder.update(entries_of(tools, server_of))
+        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported)
+        failed = [s.server_name for s in downstreams.statuses() if _state(s) == "failed"]
+    if failed:
+        say(f"omega-mcp: note: not searched (did not connect): {', '.join(failed)}")
+    if args.json:
+        out.write(json.dumps(found_result(found).structured_content, indent=2) + "\n")
+    else:
+        width = max((len(e.name) for e in found.entries), default=0)
+        for entry in found.entries:
+            summary = " ".join((entry.tool.description or "").split())[:160]
+            out.write(f"{entry.name:<{width}}  {summary}".rstrip() + "\n")
+    # What search_tools' text says besides the tools (a hint, a weak match, unknown names) goes to stderr.
+    listed = {e.name for e in found.entries}
+    for line in _text_of(found_result(found)).splitlines():
+        if line.split(":", 1)[0] not in listed:
+            say(f"omega-mcp: {line}")
+    return EXIT_OK
+
+
+def _text_of(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)

@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from omega_mcp.cli.common import EXIT_OK, UsageError, say
 from omega_mcp.config import Config
@@ -42,6 +43,10 @@ def run_import(config: Config, args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"kept the existing [servers.{name}] (use --overwrite to replace it)\n")
     for name, why in report.unsupported.items():
         out.write(f"skipped {name!r}: {why}\n")
+    for name, why in report.dropped:
+        out.write(f"skipped {name!r}: {why}\n")
+    for name, fields in report.ignored.items():
+        out.write(f"ignored {', '.join(repr(f) for f in fields)} of {name!r}: omega has no such setting\n")
     for name, key, variable in report.unset:
         out.write(
             f"warning: [servers.{name}] {key} uses ${{{variable}}}, which is not set: "
@@ -63,6 +68,7 @@ def run_claude_config(config: Config, args: argparse.Namespace, out: TextIO) -> 
                 "--workspace and --mode do not apply with --http: the hub has its own "
                 "(pass them to `omega-mcp serve --http`)"
             )
+        _check_url(args.http)
         entry: dict[str, Any] = {
             "type": "http",
             "url": args.http,
@@ -98,18 +104,55 @@ def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
     return {"type": "stdio", "command": command, "args": cli_args, "env": env}
 
 
+def _check_url(url: str) -> None:
+    """Refuse an `--http` value that is no http(s) URL; warn when it is not where the hub serves MCP.
+
+    Raises:
+        UsageError: not an http:// or https:// URL with a host (and a valid port).
+    """
+    example = "e.g. http://127.0.0.1:8765/mcp (the address of `omega-mcp serve --http`)"
+    parts = urlsplit(url)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise UsageError(f"--http: {url!r} is not an http:// or https:// URL with a host; {example}")
+    if parts.path.rstrip("/") != "/mcp":
+        path = parts.path or "/"
+        say(f"omega-mcp: warning: --http: an omega hub serves MCP at the path /mcp, not {path!r}; {example}")
+
+
+def _workspace_refusal(workspace: Path, home: Path) -> str | None:
+    """Why `serve` would refuse to make or use `workspace` (`cli/toolbox.py`), without making anything."""
+    if workspace.is_dir():
+        return None
+    if os.path.lexists(workspace):
+        return f"{workspace} exists and is not a directory"
+    if workspace == home or home in workspace.parents or workspace.parent.is_dir():
+        return None  # serve creates it
+    if os.path.lexists(workspace.parent):
+        return f"{workspace}: a component of its path is not a directory"
+    return f"{workspace} does not exist, nor does its parent {workspace.parent}; create it first"
+
+
 def _warn_unsafe_roots(config: Config, args: argparse.Namespace) -> None:
-    """Say now (stderr) when `serve` will refuse this entry's roots, instead of Claude Code showing it failed."""
-    from omega_mcp.cli.trust import policy_for
+    """Say now (stderr) what `serve` will refuse in this entry (its workspace, an unsafe root of its own or
+    of a confined server), instead of Claude Code showing a server that failed."""
+    from omega_mcp.cli.trust import policy_for, server_root_problems
     from omega_mcp.sandbox.roots import root_problems
 
     served = argparse.Namespace(
         workspace=os.path.abspath(os.path.expanduser(args.workspace or os.curdir)), mode=args.mode
     )
     policy = policy_for(config, served)
-    for problem in root_problems(policy, workspace_key="--workspace"):
+    refusal = _workspace_refusal(policy.workspace, config.home)
+    if refusal is not None:
+        say(f"omega-mcp: warning: --workspace: {refusal}: omega will refuse to start with this entry")
+    for problem in [*root_problems(policy, workspace_key="--workspace"), *server_root_problems(config)]:
         advice = "" if policy.mode == "rwx" else "omega will refuse to start with this entry; "
-        say(f"omega-mcp: warning: {problem}: {advice}move omega's files out of it or pick another --workspace")
+        other = "--workspace" if problem.key == "--workspace" else "directory"
+        say(f"omega-mcp: warning: {problem}: {advice}move omega's files out of it or pick another {other}")
 
 
 def _token_hint(config: Config) -> None:

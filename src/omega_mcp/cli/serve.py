@@ -59,6 +59,7 @@ async def _serve(
     from omega_mcp.server.instructions import hub_instructions
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
+    from omega_mcp.server.tool_search import SessionTools
 
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         policy = toolbox.policy
@@ -67,8 +68,17 @@ async def _serve(
         logger.info("%s", summary(sandbox_layers(policy, sandbox, confined_servers(config))))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
+        hub = config.hub
+        search = (
+            None
+            if hub.tool_search == "off"
+            else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
+        )
         server = build_server(
-            toolbox, catalog=downstreams, instructions=hub_instructions(policy, sandbox, list(config.servers))
+            toolbox,
+            catalog=downstreams,
+            instructions=hub_instructions(policy, sandbox, list(config.servers)),
+            tool_search=search,
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(guard.until_signalled, tg.cancel_scope)
@@ -82,10 +92,11 @@ async def _serve(
                     token_file=policy.token_file,
                     sockets=sockets,
                     allowed_hosts=config.hub.allowed_hosts,
+                    max_message_bytes=config.hub.max_message_mb << 20,
                 )
             else:
                 logger.info("serving MCP on stdio")
-                await run_stdio(server)
+                await run_stdio(server, max_message_bytes=config.hub.max_message_mb << 20)
             tg.cancel_scope.cancel()
     return EXIT_OK
 

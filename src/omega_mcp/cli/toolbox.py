@@ -42,9 +42,14 @@ BUILTIN_TOOL_NAMES = frozenset({"bash", "read", "write", "edit", "bash_output", 
 """The names in `omega_mcp.builtin.schemas.BUILTIN_TOOLS` (a test keeps them equal), known here
 without importing the SDK, which that module does."""
 
-SERVE_STARTUP_WAIT_SECONDS = 10.0
-"""How long the first tools/list of `serve` waits for slow downstream servers; the ones that
-arrive later are announced with notifications/tools/list_changed."""
+SERVE_STARTUP_WAIT_SECONDS = 0.0
+"""How long after the start a listing of `serve` (tools/list, prompts/list, resources/list) may wait
+for the first round: not at all. A listing answers at once with the built-ins and the servers that
+are ready (early-started ones have had omega's own start-up to get there); the others are announced
+with notifications/tools/list_changed, and a call to a tool of a server still starting waits for
+that server only (its connect timeout). Measured with Codex 0.171, which sends its first model
+request about a second after launching its MCP servers whatever they do: even half a second of
+waiting here cost it all of omega's tools, every time, on a loaded machine."""
 
 
 def needs_servers(args: argparse.Namespace) -> bool:
@@ -53,7 +58,7 @@ def needs_servers(args: argparse.Namespace) -> bool:
         return str(args.tool).casefold() not in BUILTIN_TOOL_NAMES
     if args.command == "agent":
         return not args.no_tools and not args.sessions  # `--sessions` only lists the saved sessions
-    return args.command in ("serve", "tools")
+    return args.command in ("serve", "tools", "search")
 
 
 def _ensure_workspace(workspace: Path, config: Config, args: argparse.Namespace) -> None:
@@ -154,8 +159,9 @@ async def open_toolbox(
     """A started Toolbox over the built-ins and the configured downstream servers, and those servers.
 
     The downstream servers connect in the background, in parallel. Under `serve` a listing waits
-    for them at most SERVE_STARTUP_WAIT_SECONDS; one-shot commands (`tools`, `call`, `agent`)
-    wait until each has connected or failed (within its own connect timeout). With
+    for them only until SERVE_STARTUP_WAIT_SECONDS after the start; the listings of `tools` and
+    `agent` wait until each has connected or failed (within its own connect timeout); a call
+    (`call`, or any front-end's) waits only for the server its tool belongs to. With
     `with_servers=False` no server is started: the Toolbox has the built-ins only, and the
     Downstreams yielded is empty.
     """

@@ -21,9 +21,10 @@ from omega_mcp.errors import ConfigError
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.sandbox.roots import RootProblem
     from omega_mcp.sandbox.untrusted import LaunchGuard
 
-__all__ = ["check_trust", "launch_guard", "policy_for"]
+__all__ = ["check_trust", "launch_guard", "policy_for", "server_root_problems"]
 
 logger = logging.getLogger("omega_mcp")
 
@@ -61,7 +62,7 @@ def check_trust(config: Config, args: argparse.Namespace) -> None:
     if _implicit_cwd_config(config, args):
         _refuse_planted(config, args, policy)
     key = "--workspace" if getattr(args, "workspace", None) else "sandbox.workspace"
-    problems = root_problems(policy, workspace_key=key)
+    problems = root_problems(policy, workspace_key=key) + server_root_problems(config)
     if problems and policy.mode == "rwx":
         for problem in problems:
             logger.warning("UNSAFE write root (allowed in rwx mode only): %s", problem)
@@ -69,6 +70,26 @@ def check_trust(config: Config, args: argparse.Namespace) -> None:
         path = str(config.path) if config.path else None
         errors = [ConfigError(f"{p.root} {p.reason}; pick another directory", path=path, key=p.key) for p in problems]
         raise ConfigError.combine(errors) if len(errors) > 1 else errors[0]
+
+
+def server_root_problems(config: Config) -> list[RootProblem]:
+    """What a confined server may write (its declared `write_roots`, its `cwd`), judged as `[sandbox]`'s roots."""
+    from omega_mcp.sandbox.roots import root_problems
+    from omega_mcp.sandbox.servers import server_policy
+
+    problems: list[RootProblem] = []
+    for name, entry in config.servers.items():
+        settings = entry.confinement(config.sandbox.servers)
+        server = server_policy(config, name) if settings is not None and entry.enabled else None
+        if server is None or settings is None:
+            continue
+        if settings.read_only:
+            continue  # it writes nothing but its private /tmp
+        roots = [(f"servers.{name}.sandbox.write_roots", root) for root in settings.write_roots]
+        if entry.cwd is not None:
+            roots.append((f"servers.{name}.cwd", entry.cwd))
+        problems += root_problems(server, roots=roots)
+    return problems
 
 
 def _refuse_planted(config: Config, args: argparse.Namespace, policy: SandboxPolicy) -> None:

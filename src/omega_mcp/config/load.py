@@ -1,16 +1,27 @@
-"""Finding, reading, expanding and validating servers.toml, and wording its errors."""
+"""Finding, reading, expanding and validating servers.toml, and wording its errors.
+
+The file is validated as the JSON it is equivalent to (pydantic's JSON mode), by strict models: an
+array is a tuple's form and a string a path's, but a string is never a number or a boolean. TOML's
+dates and times have no JSON form and no key takes one: each is a problem of its own. Every problem
+of the file is reported at once, one line each.
+"""
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
 from omega_mcp.config.tables import (
+    ONE_TRANSPORT,
     PROBLEMS,
     TAG_NAME,
     TAG_TABLE,
@@ -94,23 +105,138 @@ def _unknown(loc: tuple[int | str, ...], value: object) -> str:
     return f"unknown key; {f'did you mean `{close[0]}`?' if close else known}"
 
 
+def _shown(value: object) -> str:
+    """A TOML value as the user wrote it, for `expected X, got Y`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    return "a table" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
+
+
+_TYPES = {
+    "bool_type": "true or false",
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "a string",
+    "tuple_type": "a list",
+    "list_type": "a list",
+    "model_type": "a table",
+    "dict_type": "a table",
+}
+
+
+def _wrong_type(kind: str, value: object) -> str:
+    """`expected a number, got the string "120" (write 120, without quotes)`."""
+    message = f"expected {_TYPES[kind]}, got {_shown(value)}"
+    number = None
+    if isinstance(value, str) and kind in ("int_type", "float_type"):
+        number = _from_variable("int_type", value) if kind == "int_type" else _from_variable("float_type", value)
+        if isinstance(number, float) and number.is_integer() and "." not in value:
+            number = int(number)  # `bash_timeout = "120"`: write 120
+    if number is not None:
+        return f"{message} (write {number!r}, without quotes)"
+    if isinstance(value, str) and kind == "bool_type" and value.strip().lower() in ("true", "false", "yes", "no"):
+        return f"{message} (write {str(value.strip().lower() in ('true', 'yes')).lower()}, without quotes)"
+    return message
+
+
 def _describe(error: ValidationError, unset: Mapping[str, str]) -> list[tuple[str, str]]:
     """Every problem as (dotted key, message); `unset` maps a key to the unset variable it uses."""
     described: list[tuple[str, str]] = []
     for problem in error.errors():
-        loc = tuple(part for part in problem["loc"] if part not in ("__root__", TAG_TABLE, TAG_NAME))
+        loc = tuple(part for part in problem["loc"] if part not in ("__root__", "[key]", TAG_TABLE, TAG_NAME))
         key = ".".join(str(part) for part in loc)
         message = problem["msg"].removeprefix("Value error, ")
         if problem["type"] == "extra_forbidden":
             message = _unknown(loc, problem.get("input"))
-        elif problem["type"] in ("model_type", "dict_type"):
-            message = "expected a table"
-        elif TAG_NAME in problem["loc"]:
+        elif TAG_NAME in problem["loc"] or (TAG_TABLE in problem["loc"] and problem["type"] == "model_type"):
             message = 'expected "none", "default" or a table such as {network = true, write_roots = ["~/.npm"]}'
+        elif problem["type"] in _TYPES:
+            message = _wrong_type(problem["type"], problem.get("input"))
         if key in unset:
             message += f" (it uses ${{{unset[key]}}}, which is not set)"
         described.append((key, message))
     return described
+
+
+def _without_dates(value: Any, key: str, dates: list[tuple[str, str]]) -> Any:
+    """`value` with each TOML date or time replaced by None, noting where (no key takes one)."""
+    if isinstance(value, dict):
+        return {k: _without_dates(v, f"{key}.{k}" if key else str(k), dates) for k, v in value.items()}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    if isinstance(value, list):
+        return [_without_dates(v, key, dates) for v in value]  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, datetime.date | datetime.time):
+        dates.append((key, f"expected no date or time, got {value.isoformat()} (write it in quotes for a string)"))
+        return None
+    return value
+
+
+def _templated(value: object, path: tuple[str | int, ...], found: set[tuple[str | int, ...]]) -> None:
+    """Collect the paths of the strings in `value` that hold a `${VAR}` reference."""
+    if isinstance(value, str) and has_reference(value):
+        found.add(path)
+    elif isinstance(value, list):
+        for i, item in enumerate(cast(list[object], value)):
+            _templated(item, (*path, i), found)
+    elif (table := object_or_none(value)) is not None:
+        for key, item in table.items():
+            _templated(item, (*path, key), found)
+
+
+def _from_variable(kind: str, text: str) -> bool | int | float | None:
+    """The number or boolean a key needs from the text a `${VAR}` gave it, or None when it is none."""
+    word = text.strip()
+    if kind == "bool_type":
+        return {"true": True, "false": False}.get(word)
+    if kind == "int_type" and re.fullmatch(r"[+-]?\d+", word):
+        return int(word)
+    if kind == "float_type" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", word):
+        return float(word)
+    return None
+
+
+def _validate(data: dict[str, Any], context: Mapping[str, object], templated: set[tuple[str | int, ...]]) -> Config:
+    """The file's data validated by the strict models in JSON mode. A string that a `${VAR}` made is the
+    one way to set a number or boolean from the environment (`timeout = "${TIMEOUT:-30}"`): where such
+    a string stands for one, its text is read as one, and the data validated once more.
+
+    Raises:
+        ValidationError: every problem of the file.
+    """
+    try:
+        return Config.model_validate_json(json.dumps(data), context=context)
+    except ValidationError as exc:
+        converted = False
+        for problem in exc.errors():
+            path = tuple(part for part in problem["loc"] if part not in (TAG_TABLE, TAG_NAME))
+            text = problem.get("input")
+            if path in templated and isinstance(text, str):
+                value = _from_variable(problem["type"], text)
+                if value is not None:
+                    parent: Any = data
+                    for part in path[:-1]:
+                        parent = parent[part]
+                    parent[path[-1]] = value
+                    converted = True
+        if not converted:
+            raise
+    return Config.model_validate_json(json.dumps(data), context=context)
+
+
+def _transport_problems(servers: Mapping[str, object], described: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Entries with both or neither of `command` and `url`, also when their other values are wrong
+    (pydantic judges the whole entry only once each value is right)."""
+    found: list[tuple[str, str]] = []
+    for name, entry in servers.items():
+        keys = as_object(entry)
+        if isinstance(entry, dict) and ("command" in keys) == ("url" in keys):
+            problem = (f"servers.{name}", ONE_TRANSPORT)
+            if problem not in described:
+                found.append(problem)
+    return found
 
 
 def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
@@ -136,10 +262,12 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
     problems: dict[str, str] = {}
     unset: dict[str, str] = {}
     unresolved_urls: set[str] = set()
+    templated: set[tuple[str | int, ...]] = set()
     servers = as_object(data.get("servers"))  # expanded in place; not a table: left for validation to report
     for name, entry in list(servers.items()):
         if as_object(entry).get("enabled") is False:
             continue  # disabled: never expanded, so never broken by the environment
+        _templated(entry, ("servers", name), templated)
         missing: list[tuple[str, str]] = []
         servers[name] = expand_entry(entry, env, f"servers.{name}", missing)
         if missing:
@@ -149,10 +277,20 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
             if isinstance(url := as_object(servers[name]).get("url"), str) and has_reference(url):
                 unresolved_urls.add(url)
     context = {PROBLEMS: problems, UNRESOLVED_URLS: frozenset(unresolved_urls)}
+    dates: list[tuple[str, str]] = []
+    document = {**_without_dates(data, "", dates), "path": str(found), "home": str(home)}
+    described: list[tuple[str, str]] = []
+    config: Config | None = None
     try:
-        config = Config.model_validate({**data, "path": found, "home": home}, context=context)
+        config = _validate(document, context, templated)
     except ValidationError as exc:
-        raise ConfigError.combine([ConfigError(m, path=str(found), key=k) for k, m in _describe(exc, unset)]) from None
+        described = _describe(exc, unset)
+    unknown = {key for key, message in described if message.startswith("unknown")}
+    dated = {key for key, _ in dates if key not in unknown}  # a date's own line says it all
+    described = [(k, m) for k, m in described if k not in dated] + [(k, m) for k, m in dates if k in dated]
+    described += _transport_problems(servers, described)
+    if described or config is None:
+        raise ConfigError.combine([ConfigError(m, path=str(found), key=k) for k, m in described]) from None
     base = found.parent
     sandbox = config.sandbox.model_copy(
         update={

@@ -1,4 +1,10 @@
-"""The tables of servers.toml as pydantic models (loading and error wording are in `load.py`)."""
+"""The tables of servers.toml as pydantic models (loading and error wording are in `load.py`).
+
+Every table is strict (`_Strict`, which new keys inherit): a value of the wrong type is an error,
+never coerced (`"120"` is no number, `"no"` no boolean). `load.py` validates the file in pydantic's
+JSON mode, where an array is a tuple's form and a string a path's; code building a model in Python
+passes the real types (the validators below turn lists and strings into them).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -45,10 +52,13 @@ __all__ = [
 SandboxMode = Literal["sandbox", "rx", "rwx"]
 ServerConfinement = Literal["none", "confined"]
 ProviderName = Literal["openai", "anthropic", "ollama", "openrouter", "gemini"]
+ToolSearchMode = Literal["off", "on", "auto"]
+"""`[hub]`/`[agent] tool_search`: list every tool, or only a few plus `search_tools` (`toolsearch.py`)."""
 OnDenied = Literal["deny", "ask"]
 """What a write outside the roots does: refused, or put to the user once (`sandbox/approvals.py`)."""
 
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
 PROBLEMS = "omega_server_problems"
@@ -68,6 +78,7 @@ _LISTS = {
     "scopes": ("scopes", ["read", "write"]),
     "allow": ("server names", ["server-a"]),
     "allowed_hosts": ("host names", ["omega.internal:8765"]),
+    "always_visible": ("globs", ["bash", "read", "mcp__github__*"]),
 }
 
 
@@ -75,7 +86,7 @@ def _need_list(value: Any, info: ValidationInfo) -> Any:
     """A list key given anything else is refused with the list form, from the user's own string when
     there is one: `tools = "get_*"` gets `e.g. tools = ["get_*"]`."""
     if isinstance(value, list | tuple):
-        return value  # pyright: ignore[reportUnknownVariableType]
+        return tuple(value)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
     key = info.field_name or ""
     what, example = _LISTS[key]
     if isinstance(value, str) and value.strip():
@@ -83,9 +94,10 @@ def _need_list(value: Any, info: ValidationInfo) -> Any:
     raise ValueError(f"expected a list of {what}, e.g. {key} = [{', '.join(json.dumps(e) for e in example)}]")
 
 
-def _check_path(value: Any) -> Any:
+def _check_path(value: Any, info: ValidationInfo) -> Any:
     """A configured path must be a non-empty string without NUL (an empty one would silently mean the
-    config file's own directory; a NUL cannot reach the OS)."""
+    config file's own directory; a NUL cannot reach the OS). In the form the strict mode takes: a
+    string from the file (JSON mode), a `Path` from code."""
     if isinstance(value, Path):
         value = str(value)
     if not isinstance(value, str):
@@ -94,7 +106,7 @@ def _check_path(value: Any) -> Any:
         raise ValueError('must not be empty (write "." for the directory of the config file)')
     if "\0" in value:
         raise ValueError(f"contains a NUL character: {value!r}")
-    return value
+    return Path(value) if info.mode == "python" else value
 
 
 def _no_nul(value: str | None, what: str) -> str | None:
@@ -143,7 +155,7 @@ def _unprotect_defaults(value: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SandboxConfig(_Strict):
@@ -176,13 +188,13 @@ class SandboxConfig(_Strict):
 
     @field_validator("workspace", mode="before")
     @classmethod
-    def _workspace_path(cls, value: Any) -> Any:
-        return None if value is None else _check_path(value)
+    def _workspace_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _check_path(value, info)
 
     @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
     def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
-        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+        return tuple(_check_path(item, info) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
 
     _env_passthrough_list = field_validator("env_passthrough", mode="before")(_need_list)
 
@@ -210,7 +222,7 @@ class ServerSandboxConfig(_Strict):
     @field_validator("write_roots", "hide", "unhide", mode="before")
     @classmethod
     def _path_lists(cls, value: Any, info: ValidationInfo) -> Any:
-        return tuple(_check_path(item) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
+        return tuple(_check_path(item, info) for item in _need_list(value, info))  # pyright: ignore[reportUnknownVariableType]
 
     _only_defaults = field_validator("unhide")(_unhide_defaults)
 
@@ -231,6 +243,9 @@ ServerSandbox = Annotated[
 """`sandbox = "none"` (unconfined), `"default"` (confined, nothing declared) or a table."""
 
 
+ONE_TRANSPORT = "needs exactly one of `command` (stdio) or `url` (remote)"
+
+
 class ServerConfig(_Strict):
     """`[servers.NAME]`: one downstream MCP server, stdio (`command`) or remote (`url`)."""
 
@@ -247,15 +262,19 @@ class ServerConfig(_Strict):
     exclude_tools: tuple[str, ...] = ()
     sandbox: ServerSandbox | None = None
     """How a stdio server is confined; None follows `[sandbox] servers`."""
+    era: Literal["auto", "handshake", "modern"] = "auto"
+    """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
+    client_secret_env: str | None = None
+    """The environment variable holding a pre-registered confidential client's secret (never the secret itself)."""
     scopes: tuple[str, ...] = ()
     client_metadata_url: str | None = None
 
     @field_validator("cwd", mode="before")
     @classmethod
-    def _cwd_path(cls, value: Any) -> Any:
-        return None if value is None else _check_path(value)
+    def _cwd_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _check_path(value, info)
 
     _lists = field_validator("args", "tools", "exclude_tools", "scopes", mode="before")(_need_list)
 
@@ -297,14 +316,25 @@ class ServerConfig(_Strict):
     @model_validator(mode="after")
     def _one_transport(self, info: ValidationInfo) -> ServerConfig:
         if (self.command is None) == (self.url is None):
-            raise ValueError("needs exactly one of `command` (stdio) or `url` (remote)")
+            raise ValueError(ONE_TRANSPORT)
         # `url = "${HUB_URL}"`, HUB_URL unset: the server is failed for that; its URL cannot be judged yet.
         url, unresolved = self.url, as_object(info.context).get(UNRESOLVED_URLS) or ()
         if url is not None and not url.startswith(("http://", "https://")) and url not in unresolved:
             raise ValueError(f"`url` must start with http:// or https://, got {url!r}")
-        remote_only = [key for key in ("auth", "client_id", "client_metadata_url") if getattr(self, key) is not None]
+        remote_only = [
+            key
+            for key in ("auth", "client_id", "client_secret_env", "client_metadata_url")
+            if getattr(self, key) is not None
+        ]
         if self.url is None and (remote_only or self.scopes):
             raise ValueError(f"`{(remote_only or ['scopes'])[0]}` is for remote servers (`url`), not `command`")
+        if self.client_secret_env is not None and (
+            self.client_id is None or not _ENV_NAME.match(self.client_secret_env)
+        ):
+            raise ValueError(
+                "`client_secret_env` names the environment variable holding the secret of the client "
+                '`client_id` names (e.g. client_secret_env = "GITHUB_MCP_SECRET"): never the secret itself'
+            )
         if self.url is not None and self.sandbox is not None:
             raise ValueError("`sandbox` confines a stdio server (`command`); a remote server runs elsewhere")
         return self
@@ -332,6 +362,8 @@ class AgentConfig(_Strict):
     """Classify each request on `model_fast` first, then run on the fast or the complex model."""
     system_append: str | None = None
     """Text added to the end of the default system prompt."""
+    tool_search: ToolSearchMode = "auto"
+    """Start the model with the always-visible tools and `search_tools`; found tools join later requests."""
 
 
 class SamplingConfig(_Strict):
@@ -362,9 +394,28 @@ class HubConfig(_Strict):
     """`Host` values the HTTP hub accepts; None: the bind address and the loopback names."""
 
     max_message_mb: int = Field(default=64, gt=0, le=4096, strict=True)
-    """The longest message (MiB) omega takes from a downstream; a longer one stops that server."""
+    """The longest message (MiB) omega takes or passes on, either way and on both transports: a longer
+    answer fails that one request (a long line that names no request stops its stdio server)."""
+    tool_search: ToolSearchMode = "auto"
+    """List every tool ("off"), or the always-visible ones plus `search_tools`/`call_tool` ("on"; "auto":
+    when the tools' definitions exceed 40,000 characters)."""
+    always_visible: tuple[str, ...] | None = None
+    """Globs of the tools listed even in search mode; None: the built-ins."""
 
     _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
+    _visible_list = field_validator("always_visible", mode="before")(_need_list)
+
+
+def _server_key(key: str) -> str:
+    if not _SERVER_KEY.match(key):
+        raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
+    if "__" in key:
+        raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
+    return key
+
+
+ServerKey = Annotated[str, AfterValidator(_server_key)]
+"""A `[servers.NAME]` key, checked one by one: every bad key is reported, with the entries' own problems."""
 
 
 class Config(_Strict):
@@ -372,22 +423,12 @@ class Config(_Strict):
 
     sandbox: SandboxConfig = SandboxConfig()
     hub: HubConfig = HubConfig()
-    servers: dict[str, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
+    servers: dict[ServerKey, ServerConfig] = Field(default_factory=dict[str, ServerConfig])
     agent: AgentConfig = AgentConfig()
     sampling: SamplingConfig = SamplingConfig()
     path: Path | None = Field(default=None, exclude=True)
     home: Path = Field(default_factory=omega_home, exclude=True)
     _problems: dict[str, str] = PrivateAttr(default_factory=dict[str, str])
-
-    @field_validator("servers")
-    @classmethod
-    def _server_keys(cls, servers: dict[str, ServerConfig]) -> dict[str, ServerConfig]:
-        for key in servers:
-            if not _SERVER_KEY.match(key):
-                raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
-            if "__" in key:
-                raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
-        return servers
 
     @model_validator(mode="after")
     def _server_problems(self, info: ValidationInfo) -> Config:

@@ -8,11 +8,15 @@ writes it to the server's pipe under its own request id and writes the server's 
 under the client's id, otherwise untouched. Progress tokens and `notifications/cancelled` are
 mapped both ways, the server's `timeout` cancels downstream and answers isError, and a server
 that dies fails its pending calls. A 2026-07-28 client's call (no handshake: its `_meta` names the
-version, client info and capabilities) is relayed the same way to the handshake-era downstream,
+version, client info and capabilities) goes to a 2026-era server as it is, envelope, input-required
+rounds and all, and comes back as it is; to a handshake-era server it is relayed only when the
+client can be asked nothing and it is no round's retry (else the bridge is needed: server/bridge.py),
 with the envelope's reserved `_meta` keys left out as the SDK path leaves them, and its answer gets
 what the SDK's runner gives every 2026-era result: `resultType` and the server's `serverInfo`
-stamp. Anything else — a built-in, a down server, invalid arguments, a half-built envelope, a call
-before the handshake — is left to the SDK path, which answers the same.
+stamp. A server's log message while relayed calls run there is its client's (the one stdio
+client), at the level that client asked for. Anything else — a built-in, a down server, invalid
+arguments, a half-built envelope, a call before the handshake, a handshake-era call to a server
+whose handshake-era connection is not open yet — is left to the SDK path, which answers the same.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import itertools
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +35,11 @@ import anyio.abc
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
-from omega_mcp.fastpath.pipes import PipeWriter
-from omega_mcp.narrow import object_or_none
-from omega_mcp.proxy.calls import refused, timed_out, went_away
+from omega_mcp.loglevels import allows
+from omega_mcp.narrow import as_object, object_or_none
+from omega_mcp.oversize import is_too_large
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import checked_wire, error_wire, invalid_result
@@ -48,22 +55,29 @@ _RESERVED_META = "io.modelcontextprotocol/"
 _VERSION_KEY = f"{_RESERVED_META}protocolVersion"
 _ENVELOPE_KEYS = (f"{_RESERVED_META}clientInfo", f"{_RESERVED_META}clientCapabilities")
 _SERVER_INFO_KEY = f"{_RESERVED_META}serverInfo"
+_LOG_LEVEL_KEY = f"{_RESERVED_META}logLevel"
 
 
-def _modern(params: dict[str, Any]) -> bool:
-    """Whether `params` carry a complete 2026-era envelope of a version the SDK serves, from a client
-    the downstream cannot ask anything. A client declaring sampling, elicitation or roots, and the
-    retry of an input-required round, take the SDK path: a 2026-era client is asked through those
-    rounds (server/bridge.py), which a relayed call cannot have."""
+def _enveloped(params: dict[str, Any]) -> bool:
+    """Whether `params` carry a complete 2026-era envelope of a version the SDK serves."""
     meta = object_or_none(params.get("_meta"))
     if meta is None or meta.get(_VERSION_KEY) not in MODERN_PROTOCOL_VERSIONS:
         return False
-    if not all(object_or_none(meta.get(key)) is not None for key in _ENVELOPE_KEYS):
-        return False
+    return all(object_or_none(meta.get(key)) is not None for key in _ENVELOPE_KEYS)
+
+
+def _askable(params: dict[str, Any]) -> bool:
+    """Whether a 2026-era call needs the bridge before a handshake-era server: its client can be asked
+    something (sampling, elicitation, roots), or it is the retry of an input-required round."""
     if params.get("requestState") is not None or params.get("inputResponses") is not None:
-        return False
-    capabilities = object_or_none(meta.get(_ENVELOPE_KEYS[1])) or {}
-    return all(capabilities.get(kind) is None for kind in ("sampling", "elicitation", "roots"))
+        return True
+    capabilities = object_or_none(as_object(params.get("_meta")).get(_ENVELOPE_KEYS[1])) or {}
+    return any(capabilities.get(kind) is not None for kind in ("sampling", "elicitation", "roots"))
+
+
+def _level(params: dict[str, Any]) -> str | None:
+    level = as_object(params.get("_meta")).get(_LOG_LEVEL_KEY)
+    return level if isinstance(level, str) else None
 
 
 def _encode(message: dict[str, Any]) -> bytes:
@@ -77,8 +91,17 @@ class _Call:
     tool_name: str
     session: DownstreamSession
     timeout: float
+    pipes: tuple[PipeReader, PipeWriter]
     client_token: Any = None
     modern: bool = False
+    """A 2026-era client's call."""
+    passed: bool = False
+    """Passed on as it is, to a 2026-era server (no envelope of ours on the answer)."""
+    log_level: str | None = None
+
+    @property
+    def limit(self) -> int:
+        return self.session.spec.max_message_bytes
 
 
 class Relay:
@@ -92,8 +115,15 @@ class Relay:
         task_group: anyio.abc.TaskGroup,
         *,
         server_info: dict[str, Any] | None = None,
+        accept: Callable[[str], bool] | None = None,
+        log_level: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """`accept(name)`: whether the relay takes a call to `name` (one it declines goes the SDK way: in
+        search mode, a tool the session has not listed yet). `log_level()`: the level the (handshake-era)
+        client asked for with `logging/setLevel`, if any."""
+        self._accept = accept
         self._server_info = json.dumps(server_info or {})  # stamped into each 2026-era answer, copied fresh
+        self._log_level = log_level
         self._toolbox = toolbox
         self._downstreams = downstreams
         self._client = client
@@ -101,6 +131,7 @@ class Relay:
         self._handshake = False
         self._ready = False
         self._calls: dict[str, _Call] = {}
+        self._hooked: set[int] = set()  # the server pipes whose answers the relay looks at first
         self._by_client: dict[Any, str] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
@@ -116,7 +147,7 @@ class Relay:
             if self._ready:
                 return await self._call(message)
             params = object_or_none(message.get("params"))
-            return not self._handshake and params is not None and _modern(params) and await self._call(message, True)
+            return not self._handshake and params is not None and _enveloped(params) and await self._call(message, True)
         if method == "notifications/cancelled":
             return await self._client_cancelled(message)
         if method == "initialize":
@@ -133,13 +164,16 @@ class Relay:
         arguments = object_or_none(raw_arguments)
         if not isinstance(name, str) or (raw_arguments is not None and arguments is None):
             return False
+        if self._accept is not None and not self._accept(name):
+            return False
         route = self._toolbox.namespace().resolve(name)
         target = self._downstreams.connected(route.server_name) if route and route.server_name else None
         if route is None or target is None or client_id in self._by_client:
             return False
         session, timeout = target
-        pipes = session.pipes
-        if pipes is None:
+        pipes = session.pipes_for(modern)
+        passed = modern and session.era == "modern"  # 2026 to 2026: everything passes as it is
+        if pipes is None or (modern and not passed and _askable(params)):
             return False
         try:
             self._toolbox.check_arguments(route, arguments or {})
@@ -147,9 +181,10 @@ class Relay:
             return False  # the SDK path words the same error
         relay_id = f"{_PREFIX}{next(self._ids)}"
         forwarded = {**params, "name": route.tool_name}
-        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout, modern=modern)
+        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout, pipes, modern=modern)
+        call.passed, call.log_level = passed, _level(params) if modern else None
         meta = object_or_none(params.get("_meta"))
-        if modern and meta is not None:  # the envelope is for omega; the downstream speaks the handshake era
+        if modern and not passed and meta is not None:  # the envelope is for omega; the server speaks the handshake era
             meta = {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META)}
             forwarded["_meta"] = meta
         if meta is not None and "progressToken" in meta:
@@ -157,14 +192,15 @@ class Relay:
             forwarded["_meta"] = {**meta, "progressToken": relay_id}  # our own id is a unique token downstream
         self._calls[relay_id] = call
         self._by_client[client_id] = relay_id
-        self._hook(session)
+        self._hook(session, pipes)
         try:
             await pipes[1].send_raw(
                 _encode({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
             )
         except _GONE:
             why = session.stopped_because()
-            session.lose(why or "the server closed the connection")
+            if pipes is session.pipes:
+                session.lose(why or "the server closed the connection")
             await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
             return True
         deadline = anyio.current_time() + timeout
@@ -186,10 +222,10 @@ class Relay:
 
     # -- from the servers --------------------------------------------------------------------
 
-    def _hook(self, session: DownstreamSession) -> None:
-        """Install the answer hook on a server's pipe (once per connection; restarts get new pipes)."""
-        pipes = session.pipes
-        if pipes is None or pipes[0].intercept == self._from_server:
+    def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader, PipeWriter]) -> None:
+        """Install the answer hook on a server's pipe (once per link; restarts get new pipes)."""
+        reader = pipes[0]
+        if id(reader) in self._hooked:
             return
 
         def closed() -> None:
@@ -198,10 +234,14 @@ class Relay:
             except RuntimeError:
                 pass  # the client connection is over: nobody is waiting for these answers
 
-        pipes[0].intercept = self._from_server
+        async def from_server(message: dict[str, Any]) -> bool:
+            return await self._from_server(message, reader)
+
+        self._hooked.add(id(reader))
+        reader.intercept = from_server
         session.on_close(closed)
 
-    async def _from_server(self, message: dict[str, Any]) -> bool:
+    async def _from_server(self, message: dict[str, Any], reader: PipeReader) -> bool:
         request_id = message.get("id")
         if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
             call = self._calls.get(request_id)
@@ -209,15 +249,24 @@ class Relay:
                 return True  # the answer to a call that timed out or was cancelled
             result = object_or_none(message.get("result"))
             error = object_or_none(message.get("error"))
+            if error is not None and is_too_large(
+                error.get("data")
+            ):  # as forward_call: that call fails, not the server
+                await self._finish(request_id, error_wire(too_long(call.server_name, call.tool_name, call.limit)))
+                return True
             if error is not None and isinstance(error.get("code"), int):
                 await self._finish(request_id, error, failed=True)  # the server's own error, as it is
                 return True
             if "error" in message or result is None:
                 result = self._failure(call, message)
+            elif call.passed and result.get("resultType") == "input_required":
+                pass  # the client's own round, as forward_call hands it on
             elif not isinstance(result.get("content"), list):  # as forward_call: checked against the model
                 result = checked_wire(result, invalid=invalid_result(call.server_name, call.tool_name))
             await self._finish(request_id, result)
             return True
+        if message.get("method") == "notifications/message":
+            return await self._log(message, reader)
         if message.get("method") == "notifications/progress":
             params = object_or_none(message.get("params"))
             token = params.get("progressToken") if params is not None else None
@@ -239,9 +288,24 @@ class Relay:
             )
         return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
 
+    async def _log(self, message: dict[str, Any], reader: PipeReader) -> bool:
+        """A server's log message while relayed calls run there: the client's, at the level it asked for."""
+        params = as_object(message.get("params"))
+        level = params.get("level")
+        running = [c for c in self._calls.values() if c.pipes[0] is reader]
+        if not running or not isinstance(level, str):
+            return False  # outside relayed calls: the SDK path routes it
+        thresholds = [c.log_level if c.modern else self._log_level() for c in running]
+        if any(allows(threshold, level) for threshold in thresholds):
+            await self._to_client({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+        return True
+
     async def _fail_session(self, session: DownstreamSession) -> None:
+        """A link of `session` closed: its calls in flight fail (those on a link still open carry on)."""
         for relay_id, call in list(self._calls.items()):
-            if call.session is session:
+            if call.session is session and (
+                session.closed.is_set() or session.pipes_for(call.modern) is not call.pipes
+            ):
                 why = session.stopped_because()
                 await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
 
@@ -256,7 +320,7 @@ class Relay:
         if failed:
             await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
             return
-        if call.modern:
+        if call.modern:  # a server's own 2026 answer has both already; one omega wrote (a timeout) gets them
             result = self._envelope(result)
         await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
 
@@ -275,9 +339,7 @@ class Relay:
             logger.debug("client gone; dropped %s", message.get("method") or "a result")
 
     async def _cancel_downstream(self, call: _Call, relay_id: str, reason: str) -> None:
-        pipes = call.session.pipes
-        if pipes is None:
-            return
+        pipes = call.pipes
         cancel = {
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",

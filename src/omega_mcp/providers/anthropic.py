@@ -5,9 +5,11 @@ sent: API version 2026-10-21 rejects them). The assistant `content` array is ech
 `thinking` / `redacted_thinking` blocks keep their signatures and order. All results of a turn go
 back in one user message of `tool_result` blocks, with `is_error` and MCP images as image blocks.
 A response cut off by `max_tokens` in the middle of a tool call is an error, never executed.
+Deferred tools (tool search) are sent with `defer_loading: true`, and a tool result's
+`ToolReferencePart`s become `tool_reference` blocks, which load those tools.
 
 Prompt caching: every request, streamed or not, marks up to four `cache_control` breakpoints: the
-last tool, the system prompt, the last message (cached for the next request) and the user message
+last tool loaded up front, the system prompt, the last message (cached for the next request) and the user message
 that ended the previous request (read back from the cache). The streamed answer (SSE) is rebuilt
 into the Message object the non-streamed request returns: text, thinking and signatures joined,
 tool inputs parsed from their `input_json_delta` pieces, usage taken from `message_delta` (whose
@@ -34,6 +36,7 @@ from omega_mcp.messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    ToolReferencePart,
     ToolResult,
     ToolResultsMessage,
     ToolSpec,
@@ -66,6 +69,9 @@ class AnthropicProvider(HttpProvider):
     """`x-api-key` auth plus the `anthropic-version` header."""
 
     name = "anthropic"
+    defers_tools = True
+    """Deferred tool specs go on the wire with `defer_loading: true`; a `ToolReferencePart` in a tool
+    result (our own `search_tools`' answer) loads one (`agent/deferred.py`)."""
 
     def __init__(
         self,
@@ -121,6 +127,7 @@ def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
             "name": tool.name,
             "description": tool.description,
             "input_schema": clean_schema(tool.input_schema, "anthropic"),
+            **({"defer_loading": True} if tool.deferred else {}),
         }
         for tool in tools
     ]
@@ -161,7 +168,12 @@ def build_request(
     if system:
         body["system"] = [{"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}]
     if tools:
-        body["tools"] = [*tools[:-1], {**tools[-1], "cache_control": dict(_EPHEMERAL)}]
+        # The breakpoint goes on the last tool the model sees up front: deferred ones are not in the prefix.
+        loaded = [i for i, tool in enumerate(tools) if not tool.get("defer_loading")]
+        last = loaded[-1] if loaded else len(tools) - 1
+        body["tools"] = [
+            {**tool, "cache_control": dict(_EPHEMERAL)} if i == last else tool for i, tool in enumerate(tools)
+        ]
     return body
 
 
@@ -207,7 +219,7 @@ def _assistant_content(message: AssistantMessage, ids: list[str]) -> list[dict[s
 
 def _tool_result(result: ToolResult, tool_use_id: str) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
-    if any(isinstance(part, ImagePart) for part in result.content):
+    if any(isinstance(part, ImagePart | ToolReferencePart) for part in result.content):
         content: list[dict[str, Any]] = []
         for part in result.content:
             match part:
@@ -217,6 +229,8 @@ def _tool_result(result: ToolResult, tool_use_id: str) -> dict[str, Any]:
                 case ImagePart():
                     source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
                     content.append({"type": "image", "source": source})
+                case ToolReferencePart():
+                    content.append({"type": "tool_reference", "tool_name": part.tool_name})
                 case _:
                     assert_never(part)
         block["content"] = content

@@ -28,6 +28,7 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    ImagePart,
     Message,
     ModelResponse,
     TextPart,
@@ -94,7 +95,9 @@ class GeminiProvider(HttpProvider):
     ) -> ModelResponse:
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
-        body = build_request(system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens)
+        body = build_request(
+            system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens, model=model
+        )
         if on_text is None:
             return parse_response(await self._http.post(self.url_for(model), body, self.headers))
         return await self._http.stream(
@@ -125,14 +128,22 @@ def wire_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [{"functionDeclarations": declarations}]
 
 
+def _native_media(model: str | None) -> bool:
+    """Whether the model takes images inside a `functionResponse` (`parts`, Gemini 3); older models get them
+    as parts of the same user turn, after the responses."""
+    return model is not None and model.removeprefix("models/").startswith("gemini-3")
+
+
 def build_request(
     *,
     system: str | None,
     messages: Sequence[Message],
     tools: list[dict[str, Any]],
     max_tokens: int | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """The request body (the model is in the URL); `tools` is the output of `wire_tools`."""
+    """The request body (the model is in the URL, and decides where images of tool results go); `tools` is
+    the output of `wire_tools`."""
     contents: list[dict[str, Any]] = []
     for message in messages:
         match message:
@@ -142,13 +153,24 @@ def build_request(
                 contents.append(_model_content(message))
             case ToolResultsMessage():
                 parts: list[dict[str, Any]] = []
+                standalone: list[dict[str, Any]] = []
                 for result in message.results:
                     response = {"error": result.text()} if result.is_error else {"output": result.text()}
                     function_response: dict[str, Any] = {"name": result.name, "response": response}
                     if result.call_id:
                         function_response["id"] = result.call_id
+                    images = [
+                        {"inlineData": {"mimeType": part.mime_type, "data": part.data}}
+                        for part in result.content
+                        if isinstance(part, ImagePart)
+                    ]
+                    if images and _native_media(model):
+                        function_response["parts"] = images
+                    elif images:
+                        standalone += [{"text": f"The image{'s' if len(images) > 1 else ''} {result.name} returned:"}]
+                        standalone += images
                     parts.append({"functionResponse": function_response})
-                contents.append({"role": "user", "parts": parts})
+                contents.append({"role": "user", "parts": parts + standalone})
             case _:
                 assert_never(message)
     body: dict[str, Any] = {"contents": contents}

@@ -25,6 +25,7 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    ImagePart,
     Message,
     ModelResponse,
     TextPart,
@@ -145,6 +146,9 @@ def build_request(
                     }
                     if result.call_id:
                         tool["tool_call_id"] = result.call_id
+                    images = [part.data for part in result.content if isinstance(part, ImagePart)]
+                    if images:  # base64, for the multimodal models (others ignore them)
+                        tool["images"] = images
                     wire.append(tool)
             case _:
                 assert_never(message)

@@ -26,11 +26,13 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    ImagePart,
     Message,
     ModelResponse,
     TextPart,
     ThinkingPart,
     ToolCallPart,
+    ToolResult,
     ToolResultsMessage,
     ToolSpec,
     Usage,
@@ -154,16 +156,16 @@ def build_request(
                 pending_ids = [call.id or f"call_{index}_{i}" for i, call in enumerate(message.tool_calls)]
                 wire.append(_assistant(message, pending_ids))
             case ToolResultsMessage():
+                images: list[dict[str, Any]] = []
                 for i, result in enumerate(message.results):
                     fallback = pending_ids[i] if i < len(pending_ids) else f"call_{index}_{i}"
+                    call_id = result.call_id or fallback
                     text = result.text()
-                    wire.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": result.call_id or fallback,
-                            "content": f"Error: {text}" if result.is_error else text,
-                        }
-                    )
+                    content = f"Error: {text}" if result.is_error else text
+                    wire.append({"role": "tool", "tool_call_id": call_id, "content": content})
+                    images += _image_parts(result, call_id)
+                if images:  # a tool message carries text only: the images follow in a user message
+                    wire.append({"role": "user", "content": images})
             case _:
                 assert_never(message)
     body: dict[str, Any] = {"model": model, "messages": wire}
@@ -172,6 +174,17 @@ def build_request(
     if max_tokens is not None:
         body[max_tokens_field] = max_tokens
     return body
+
+
+def _image_parts(result: ToolResult, call_id: str) -> list[dict[str, Any]]:
+    """The images of a tool result as user content parts, introduced by which call returned them."""
+    images = [part for part in result.content if isinstance(part, ImagePart)]
+    if not images:
+        return []
+    noun = "images" if len(images) > 1 else "image"
+    intro = {"type": "text", "text": f"The {noun} returned by {result.name} ({call_id}):"}
+    urls = [{"type": "image_url", "image_url": {"url": f"data:{part.mime_type};base64,{part.data}"}} for part in images]
+    return [intro, *urls]
 
 
 def _assistant(message: AssistantMessage, ids: list[str]) -> dict[str, Any]:

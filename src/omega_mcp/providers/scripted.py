@@ -46,7 +46,9 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: Script, *, usage: Usage | None = None) -> None:
+    def __init__(self, script: Script, *, usage: Usage | None = None, defers_tools: bool = False) -> None:
+        self.defers_tools = defers_tools
+        """Act as a provider that loads deferred tools itself (as Anthropic's adapter does)."""
         self._script = script
         self._usage = usage or Usage(input_tokens=10, output_tokens=5)
         self.requests: list[ScriptedRequest] = []

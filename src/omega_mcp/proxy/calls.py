@@ -23,12 +23,14 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp.errors import DownstreamRefusedError
+from omega_mcp.oversize import is_too_large, limit_text
+from omega_mcp.proxy.modern import RESERVED_META
+from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 
-__all__ = ["forward_call", "refused", "timed_out", "went_away"]
+__all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
 
-_RESERVED_META = "io.modelcontextprotocol/"
 _PROGRESS_DRAIN_SECONDS = 2.0
 
 
@@ -77,6 +79,14 @@ def went_away(server_name: str, tool_name: str, *, remote: bool = False, why: st
     return f"server {server_name} went away during the call to {tool_name}; omega will {again}"
 
 
+def too_long(server_name: str, tool_name: str, limit: int) -> str:
+    """The isError text of a call whose result was longer than `[hub] max_message_mb` (the server is fine)."""
+    return (
+        f"the result of {tool_name} from server {server_name} is longer than {limit_text(limit)} and was dropped "
+        "(raise max_message_mb in [hub] for larger results)"
+    )
+
+
 def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
     """The isError text of a call the server answered with a JSON-RPC error."""
     return f"server {server_name} refused the call to {tool_name}: {message} (error {code})"
@@ -89,19 +99,24 @@ async def forward_call(
     *,
     progress: ProgressFnT | None = None,
     meta: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Wire:
     """Send one tools/call and return the result as wire JSON; failures are isError results.
+
+    `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
+    `requestState`), passed on as they are; for a 2026-era client an input-required round of a
+    2026-era server comes back as it is (`resultType: "input_required"`).
 
     Raises:
         DownstreamRefusedError: the server answered with a JSON-RPC error (not a timeout or a lost
             connection); an MCP client gets that error as it is.
     """
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
-    params: dict[str, Any] = {"name": tool_name, "arguments": arguments}
+    params: dict[str, Any] = {**(extra or {}), "name": tool_name, "arguments": arguments}
     if meta:
         # The progress token and the 2026 envelope keys belong to one hop (the dispatcher mints
         # our own); everything else (a client's tracing or tool-use ids) passes on.
-        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_RESERVED_META)}
+        forwarded = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(RESERVED_META)}
         if forwarded:
             params["_meta"] = forwarded
     tracked = _Progress(progress) if progress is not None else None
@@ -110,10 +125,15 @@ async def forward_call(
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
             return error_wire(timed_out(server_name, tool_name, timeout))
+        if is_too_large(exc.error.data):
+            return error_wire(too_long(server_name, tool_name, session.spec.max_message_bytes))
         if exc.code == types.CONNECTION_CLOSED:
             why = session.stopped_because()
             session.lose(why or "the server closed the connection")
             return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str), why=why))
+        oauth = session.spec.oauth
+        if oauth is not None and exc.code == types.INTERNAL_ERROR and (needs := step_up_needed(oauth)) is not None:
+            return error_wire(needs)  # refused for want of a scope only a login can get
         # The downstream's own error, as it is (code, message, data): e.g. -32042 drives a flow.
         raise DownstreamRefusedError(
             refused(server_name, tool_name, exc.message, exc.code),
@@ -126,6 +146,8 @@ async def forward_call(
         return error_wire(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
     if tracked is not None:
         await tracked.drain()
+    if result.get("resultType") == "input_required":
+        return result  # the client's own round to answer (only a 2026-era client is handed one)
     if not isinstance(result.get("content"), list):
         return checked_wire(result, invalid=invalid_result(server_name, tool_name))
     return result

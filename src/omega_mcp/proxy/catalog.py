@@ -5,13 +5,16 @@ unambiguous). Resources and resource templates keep their own URIs; when two ser
 same URI (or the same template), the first server in config order wins and each hidden one is
 logged once. `resources/read` goes to the server that lists the URI, else to the first server
 (config order) with a template matching it. Results are parsed into SDK models here: this is
-not the hot path, and the 2026-era wire needs fields (`resultType`) older servers leave out.
+not the hot path, and the 2026-era wire needs fields (`resultType`) older servers leave out;
+`prompts/get` and `resources/read` come back raw, since a 2026-era client may get an input-required
+round for them (the MCP server turns them into models).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mcp import types
@@ -37,11 +40,20 @@ def _matches(template: str, uri: str) -> bool:
         return False
 
 
+def _untracked(server_name: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
 class Exports:
     """The re-exported prompts and resources of a changing set of connected servers."""
 
-    def __init__(self, connected: Callable[[], Connected]) -> None:
+    def __init__(
+        self, connected: Callable[[], Connected], calling: Callable[[str], AbstractContextManager[None]] | None = None
+    ) -> None:
+        """`calling(server_name)` marks the current client's request as running on that server while it
+        does (`ClientRequests.calling`), so that what the server asks meanwhile finds its client."""
         self._connected = connected
+        self._calling: Callable[[str], AbstractContextManager[None]] = calling if calling is not None else _untracked
         self._warned: set[tuple[str, str, str]] = set()
 
     def prompts(self) -> list[types.Prompt]:
@@ -52,8 +64,8 @@ class Exports:
             for p in c.prompts
         ]
 
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
-        """Fetch an exported prompt from its server.
+    async def get_prompt(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Fetch an exported prompt from its server; `params` are the client's (its name is replaced).
 
         Raises:
             MCPError: unknown prompt (or its server is down), or the server's own error.
@@ -61,11 +73,9 @@ class Exports:
         for server_name, catalog, session in self._connected():
             own = server_of_prompt(server_name, name)
             if own is not None and any(p.name == own for p in catalog.prompts):
-                params: dict[str, Any] = {"name": own}
-                if arguments is not None:
-                    params["arguments"] = arguments
-                raw = await session.request("prompts/get", params, timeout_seconds=session.spec.timeout_seconds)
-                return types.GetPromptResult.model_validate(raw, by_name=False)
+                sent = {**params, "name": own}
+                with self._calling(server_name):
+                    return await session.request("prompts/get", sent, timeout_seconds=session.spec.timeout_seconds)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -96,8 +106,8 @@ class Exports:
             if owner is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
             wire_ref = {"type": "ref/resource", "uri": ref.uri}
-        capabilities = owner.session.server_capabilities
-        if capabilities is None or capabilities.completions is None:
+        capabilities = owner.capabilities
+        if capabilities.completions is None:
             return types.CompleteResult(completion=types.Completion(values=[]))
         # `_meta` carries the caller's per-hop envelope (protocol version, client info): never forwarded.
         wire = params.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"meta"})
@@ -128,23 +138,27 @@ class Exports:
         items = [(n, t.uri_template, t) for n, c, _ in self._connected() for t in c.resource_templates]
         return self._first_wins("resource template", items)
 
-    async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        """Read a resource from the server listing it, else from the first with a matching template.
+    def owner_of(self, uri: str) -> tuple[str, DownstreamSession] | None:
+        """The server a URI belongs to: the one listing it, else the first with a matching template."""
+        connected = self._connected()
+        listed = next(((n, s) for n, c, s in connected if any(r.uri == uri for r in c.resources)), None)
+        if listed is not None:
+            return listed
+        return next(
+            ((n, s) for n, c, s in connected if any(_matches(t.uri_template, uri) for t in c.resource_templates)), None
+        )
+
+    async def read_resource(self, uri: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Read a resource from the server it belongs to (`owner_of`); the raw result (`extra`: a
+        2026-era retry's fields, passed on).
 
         Raises:
             MCPError: no connected server has the URI, or the server's own error.
         """
-        owner = next((s for _, c, s in self._connected() if any(r.uri == uri for r in c.resources)), None)
-        if owner is None:
-            owner = next(
-                (
-                    s
-                    for _, c, s in self._connected()
-                    if any(_matches(t.uri_template, uri) for t in c.resource_templates)
-                ),
-                None,
-            )
+        owner = self.owner_of(uri)
         if owner is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
-        raw = await owner.request("resources/read", {"uri": uri}, timeout_seconds=owner.spec.timeout_seconds)
-        return types.ReadResourceResult.model_validate(raw, by_name=False)
+        server_name, session = owner
+        params = {**(extra or {}), "uri": uri}
+        with self._calling(server_name):
+            return await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)

@@ -5,10 +5,14 @@ included), to ask the user (`elicitation/create`, form or URL mode) or for its r
 `ClientRequests` answers them for every downstream session (`for_server` gives the SDK callbacks):
 
 - Routing. The MCP server puts the client request behind each call in `CALLER`; `calling()` keeps
-  the calls in flight per server. A downstream's request goes to the client whose calls are
-  running on that server; with none running, to the client that connected first; with calls of
-  several clients running there at once it is declined, because nothing on the wire says which
-  call asked (stdio has no such link), and handing one user another's request would be worse.
+  the calls in flight per server. Over streamable HTTP a downstream's request (or log message)
+  rides the response stream of the call that caused it, and the SDK hands it on in that call's
+  context: `CALLER` says exactly whose it is. Over stdio nothing on the wire says so: it goes to
+  the client whose calls are running on that server, not counting calls parked on a request of
+  their own to their client (their handler is waiting, so it is not the one asking); with none
+  running, to the client that connected first; with calls of several clients running there at
+  once it is declined, because handing one user another's request would be worse. A log message
+  outside any call goes to no client (omega's own log has it).
 - Capabilities, decided: downstreams connect at startup, before any client exists, and one hub
   serves several clients with different capabilities; reconnecting servers whenever a client
   connects would restart them under running calls. So omega declares what it can route: `roots`
@@ -84,6 +88,25 @@ class Caller(Protocol):
         """Send a notification to the client (best effort)."""
         ...
 
+    @property
+    def modern(self) -> bool:
+        """Whether the client speaks 2026-07-28 (no back-channel; its requests carry their envelope)."""
+        ...
+
+    @property
+    def client_info(self) -> types.Implementation | None:
+        """The `clientInfo` the client gave, if any (forwarded in a 2026-era request's envelope)."""
+        ...
+
+    @property
+    def log_level(self) -> types.LoggingLevel | None:
+        """The lowest level of a downstream's log messages this call's client wants (None: none)."""
+        ...
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """Deliver a downstream's log message of this call to the client, as it is (best effort)."""
+        ...
+
 
 CALLER: ContextVar[Caller | None] = ContextVar("omega_mcp_caller", default=None)
 """The client request on whose behalf the current task calls a downstream (set by the MCP server)."""
@@ -131,6 +154,7 @@ class ClientRequests:
         ]
         self._clients: dict[object, Caller] = {}  # in connection order
         self._calls: dict[str, list[Caller]] = {}
+        self._parked: dict[int, int] = {}  # id(caller) -> its requests waiting on its client
         self._elicitations: dict[tuple[str, str], Caller] = {}
         self.roots_listener: Callable[[], Awaitable[None]] | None = None
         """Tells every downstream that the roots changed (set by `Downstreams`)."""
@@ -180,15 +204,45 @@ class ClientRequests:
             if not running:
                 del self._calls[server_name]
 
-    def route(self, server_name: str) -> Caller | Literal["ambiguous"] | None:
-        """Who gets a request `server_name` makes now: its running calls' client, else the first client."""
+    @contextmanager
+    def parked(self, caller: Caller) -> Generator[None]:
+        """While entered, `caller`'s call waits on a request to its client: it is not the one asking next."""
+        key = id(caller)
+        self._parked[key] = self._parked.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            self._parked[key] -= 1
+            if not self._parked[key]:
+                del self._parked[key]
+
+    def _running(self, server_name: str) -> Caller | Literal["ambiguous"] | None:
         running = self._calls.get(server_name)
-        if running:
-            latest = running[-1]
-            if any(c.client is not latest.client for c in running):
-                return _AMBIGUOUS
-            return latest
-        return next(iter(self._clients.values()), None)
+        if not running:
+            return None
+        awake = [c for c in running if id(c) not in self._parked] or running
+        latest = awake[-1]
+        if any(c.client is not latest.client for c in awake):
+            return _AMBIGUOUS
+        return latest
+
+    def route(self, server_name: str) -> Caller | Literal["ambiguous"] | None:
+        """Who gets a request `server_name` makes now: the call it came with (`CALLER`, exact over HTTP),
+        else its running calls' client, else the first client."""
+        caller = CALLER.get()
+        if caller is not None:
+            return caller
+        running = self._running(server_name)
+        return running if running is not None else next(iter(self._clients.values()), None)
+
+    def log_route(self, server_name: str) -> Caller | None:
+        """Whose a log message `server_name` sends now is: the call it came with, else the only client
+        with calls running there; None outside calls or when that is ambiguous."""
+        caller = CALLER.get()
+        if caller is not None:
+            return caller
+        running = self._running(server_name)
+        return running if running is not None and not isinstance(running, str) else None
 
     def for_server(self, server_name: str, timeout: float) -> ServerRequests:
         """The handlers of one downstream session (`timeout` bounds each request sent on)."""
@@ -277,7 +331,8 @@ class ServerRequests:
         progress = _progress_to(ctx, token) if token is not None else None
         logger.debug("[%s] %s goes to client %s", self.server_name, request.method, caller.name)
         try:
-            return await caller.ask(request, result_type, timeout_seconds=self.timeout, progress=progress)
+            with self.router.parked(caller):
+                return await caller.ask(request, result_type, timeout_seconds=self.timeout, progress=progress)
         except MCPError as exc:
             if exc.code == types.REQUEST_TIMEOUT:
                 text = f"omega's client {caller.name} did not answer {request.method} within {self.timeout:g} s"

@@ -18,27 +18,28 @@ through): protected-resource metadata discovery (RFC 9728), authorization server
   of its browser flow; the tokens on file are not sent then (a login is a new login) and stay on
   file until new ones replace them.
 - `scopes` in servers.toml, when set, is exactly what omega asks for, whatever a challenge says.
+- A pre-registered confidential client (`client_id` with `client_secret_env`) takes its secret from
+  the environment at each use (never from a file) and presents it the way the authorization server
+  advertises (`client_secret_basic`, else `client_secret_post`).
+- Scope step-up: a server that answers 403 `insufficient_scope` asks for more than the tokens on file
+  grant. `omega-mcp login` asks for it (the union of what was granted and what is asked, as the SDK
+  does). Without a person to ask, the scope is written in the record (`step_up`) and the request
+  fails with `needs login: server NAME asks for scope "...": run omega-mcp login NAME`, which is
+  also the server's status from then on (`step_up_needed`); its other requests go on, and the
+  connection stays up. A login that succeeds clears it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import re
-import tempfile
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncGenerator
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider, OAuthFlowError
-from mcp.client.auth.utils import is_valid_client_metadata_url
+from mcp.client.auth.utils import is_valid_client_metadata_url, union_scopes
 from mcp.shared.auth import (
-    AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
     OAuthMetadata,
@@ -49,7 +50,14 @@ from pydantic import AnyUrl, BaseModel, PrivateAttr, ValidationError
 
 from omega_mcp.errors import LoginRequiredError, OAuthError
 from omega_mcp.narrow import as_list, as_object
-from omega_mcp.sandbox.policy import STATE_DIR_NAME
+from omega_mcp.proxy.oauth_record import (
+    Interactive,
+    OAuthSettings,
+    TokenFile,
+    registered_port,
+    step_up_needed,
+    token_file,
+)
 from omega_mcp.version import __version__
 
 __all__ = [
@@ -59,98 +67,15 @@ __all__ = [
     "auth_failure",
     "http_auth",
     "registered_port",
+    "step_up_needed",
     "token_file",
 ]
 
 logger = logging.getLogger(__name__)
 
-OAUTH_DIR_NAME = "oauth"
-_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NO_REDIRECT = "http://127.0.0.1/callback"
 """The redirect URI of a client that never sends anyone to a browser (the SDK's metadata needs one)."""
 _M = TypeVar("_M", bound=BaseModel)
-
-
-def token_file(home: Path, server_name: str) -> Path:
-    """Where the record of `server_name` lives: `$OMEGA_HOME/state/oauth/<server>.json`.
-
-    Raises:
-        ValueError: the name is no server key (it could point outside the directory).
-    """
-    if not _SERVER_NAME.match(server_name):
-        raise ValueError(f"{server_name!r} is not a server name (letters, digits, '-' and '_')")
-    return home / STATE_DIR_NAME / OAUTH_DIR_NAME / f"{server_name}.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Interactive:
-    """How `omega-mcp login` takes a person through the flow (cli/login.py builds these)."""
-
-    redirect_uri: str
-    """The loopback callback the browser is sent back to, e.g. `http://127.0.0.1:PORT/callback`."""
-    redirect: Callable[[str], Awaitable[None]]
-    """Show the authorization URL (print it, open the browser)."""
-    callback: Callable[[], Awaitable[AuthorizationCodeResult]]
-    """Wait (bounded) for the browser to come back with the code."""
-
-
-@dataclass(frozen=True, slots=True)
-class OAuthSettings:
-    """`auth = "oauth"` of one `[servers.NAME]`, where its record is, and who can be asked."""
-
-    server_name: str
-    url: str
-    record: Path
-    client_id: str | None = None
-    scopes: tuple[str, ...] = ()
-    client_metadata_url: str | None = None
-    interactive: Interactive | None = None
-    """None: never ask anyone (serve, tools, call, agent)."""
-
-
-class TokenFile:
-    """One server's record on disk (a few KiB of JSON, read and written synchronously)."""
-
-    def __init__(self, path: Path, url: str) -> None:
-        self.path = path
-        self.url = url
-
-    def read(self) -> dict[str, Any]:
-        """The record; empty when there is none, it cannot be read, or it was made for another URL."""
-        try:
-            data = as_object(json.loads(self.path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            logger.warning("ignoring the OAuth record %s: %s", self.path, exc)
-            return {}
-        return data if data.get("url") == self.url else {}
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Replace the record atomically: a 0600 file written beside it in the 0700 directory, renamed over it."""
-        directory = self.path.parent
-        directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # `state`, when omega makes it
-        directory.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(directory, 0o700)
-        fd, temporary = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({**record, "url": self.url}, out, indent=2)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-
-    def forget(self) -> bool:
-        """Delete the record (whatever URL it was for); False when there was none."""
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
 
 
 def _parse(model: type[_M], raw: object) -> _M | None:
@@ -173,6 +98,8 @@ class _Storage:
         self._settings = settings
         self._file = TokenFile(settings.record, settings.url)
         self.record = self._file.read()
+        self.step_up = str(self.record.get("step_up") or "")
+        """A scope the server asked for beyond what was granted (recorded by a hub, asked for by a login)."""
         if settings.interactive is not None:  # a login starts without tokens (the file keeps them until it succeeds)
             self.record.pop("tokens", None)
         self.provider: _Provider | None = None
@@ -188,6 +115,8 @@ class _Storage:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self.record["tokens"] = _dump(tokens)
+        if self._settings.interactive is not None:
+            self.record.pop("step_up", None)  # a login asked for it
         if self.provider is not None:  # the SDK sets the expiry before it stores the tokens
             context = self.provider.context
             self.record["expires_at"] = context.token_expiry_time
@@ -201,9 +130,11 @@ class _Storage:
         redirect = settings.interactive.redirect_uri if settings.interactive is not None else None
         if settings.client_id is not None:  # pre-registered: servers.toml says who omega is
             uris = [AnyUrl(redirect)] if redirect is not None else None
+            secret = _secret(settings)
             return OAuthClientInformationFull(
                 client_id=settings.client_id,
-                token_endpoint_auth_method="none",  # noqa: S106 - a public client: no secret at all
+                client_secret=secret,
+                token_endpoint_auth_method="client_secret_basic" if secret else "none",
                 redirect_uris=uris,
             )
         client = _parse(OAuthClientInformationFull, self.record.get("client"))
@@ -214,6 +145,12 @@ class _Storage:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         # Saved with the tokens it gets: a login that fails after registering leaves the file as it was.
         self.record["client"] = _dump(client_info)
+
+    def need(self, scope: str) -> None:
+        """Record a scope the server asks for that no token on file grants (a hub cannot ask anyone)."""
+        self.step_up = scope
+        self.record["step_up"] = scope
+        self._save()
 
     def redirect_uri(self) -> str:
         """The callback to put in the client metadata: the login's, else the registered one's."""
@@ -231,15 +168,28 @@ class _ClientMetadata(OAuthClientMetadata):
     """
 
     _pinned: str | None = PrivateAttr(default=None)
+    _also: str | None = PrivateAttr(default=None)
+    _wanted: str | None = PrivateAttr(default=None)
 
-    def pin(self, scope: str | None) -> None:
+    @property
+    def wanted(self) -> str | None:
+        """The scope the SDK asked for last (what a challenge asked, before any pin)."""
+        return self._wanted
+
+    def pin(self, scope: str | None, *, also: str | None = None) -> None:
+        """Ask for exactly `scope` when set; else for what challenges ask, with `also` (a recorded step-up)."""
         self._pinned = scope
+        self._also = also or None
         if scope is not None:
             self.scope = scope
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "scope" and self._pinned is not None:
-            value = self._pinned
+        if name == "scope":
+            super().__setattr__("_wanted", value)
+            if self._pinned is not None:
+                value = self._pinned
+            elif self._also is not None:
+                value = union_scopes(value, self._also)
         super().__setattr__(name, value)
 
 
@@ -257,7 +207,7 @@ class _Provider(OAuthClientProvider):
             software_id="omega-mcp",
             software_version=__version__,
         )
-        metadata.pin(scope)
+        metadata.pin(scope, also=storage.step_up if settings.interactive is not None else None)
         interactive = settings.interactive
         super().__init__(
             settings.url,
@@ -286,10 +236,44 @@ class _Provider(OAuthClientProvider):
         if context.auth_server_url is None and isinstance(record.get("authorization_server"), str):
             context.auth_server_url = record["authorization_server"]
 
+    def _secret_method(self) -> None:
+        """Present a configured secret the way the authorization server takes it (basic unless only post)."""
+        info = self.context.client_info
+        if info is None or not info.client_secret or self._settings.client_id is None:
+            return
+        metadata = self.context.oauth_metadata
+        supported = metadata.token_endpoint_auth_methods_supported if metadata is not None else None
+        post_only = (
+            bool(supported)
+            and "client_secret_basic" not in (supported or ())
+            and "client_secret_post" in (supported or ())
+        )
+        info.token_endpoint_auth_method = "client_secret_post" if post_only else "client_secret_basic"
+
+    def _missing_scope(self) -> str | None:
+        """What the server asks for that the tokens on file do not grant (a refresh cannot widen it)."""
+        tokens = self.context.current_tokens
+        metadata = self.context.client_metadata
+        wanted = metadata.wanted if isinstance(metadata, _ClientMetadata) else metadata.scope
+        if tokens is None or not wanted:
+            return None
+        granted = set((tokens.scope or "").split())
+        missing = [s for s in wanted.split() if s not in granted]
+        return " ".join(missing) or None
+
+    async def _refresh_token(self) -> httpx2.Request:
+        self._secret_method()
+        return await super()._refresh_token()
+
     async def _perform_authorization(self) -> httpx2.Request:
         """The browser flow when someone can be asked; otherwise one refresh, else `needs login`."""
+        self._secret_method()
         if self._settings.interactive is not None:
             return await super()._perform_authorization()
+        missing = self._missing_scope()
+        if missing is not None:
+            self._storage.need(missing)
+            raise LoginRequiredError(self._settings.server_name, scope=missing)
         if not self.context.can_refresh_token():
             raise LoginRequiredError(self._settings.server_name)
         self._refreshing = True  # the server refused a token it had not seen expire (revoked, clock skew)
@@ -316,6 +300,48 @@ class _Demote(logging.Filter):
 _DEMOTE = _Demote()
 
 
+def _secret(settings: OAuthSettings) -> str | None:
+    """The configured client secret, from its environment variable.
+
+    Raises:
+        OAuthError: `client_secret_env` names a variable that is not set.
+    """
+    name = settings.client_secret_env
+    if name is None:
+        return None
+    secret = os.environ.get(name)
+    if not secret:
+        raise OAuthError(f"client_secret_env: the environment variable {name} is not set")
+    return secret
+
+
+class _StepUpGuard(httpx2.Auth):
+    """The provider's flow, except that a step-up nobody can grant ends with the server's own answer.
+
+    Raised inside a request of the streamable HTTP transport, `LoginRequiredError` would tear the
+    whole connection down; returned as the 403 it is, it fails only that request (and the session
+    says why: `step_up_needed`).
+    """
+
+    def __init__(self, inner: _Provider) -> None:
+        self._inner = inner
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        flow = self._inner.async_auth_flow(request)
+        sent = await flow.__anext__()
+        while True:
+            response = yield sent
+            try:
+                sent = await flow.asend(response)
+            except StopAsyncIteration:
+                return
+            except LoginRequiredError as exc:
+                if exc.scope is None:
+                    raise
+                logger.warning("%s", exc)
+                return  # httpx hands `response` (the 403) to the transport
+
+
 def http_auth(settings: OAuthSettings) -> httpx2.Auth:
     """The `httpx2.Auth` of one connection to a server with `auth = "oauth"`.
 
@@ -330,17 +356,9 @@ def http_auth(settings: OAuthSettings) -> httpx2.Auth:
     storage = _Storage(settings)
     if settings.interactive is None and storage.record.get("tokens") is None:
         raise LoginRequiredError(settings.server_name)
-    return _Provider(settings, storage)
-
-
-def registered_port(settings: OAuthSettings) -> int | None:
-    """The loopback port of the last registration's redirect URI: a login there needs no new registration."""
-    client = as_object(TokenFile(settings.record, settings.url).read().get("client"))
-    for uri in as_list(client.get("redirect_uris")):
-        parts = urlsplit(uri) if isinstance(uri, str) else None
-        if parts is not None and parts.hostname == "127.0.0.1" and parts.path == "/callback" and parts.port:
-            return parts.port
-    return None
+    _secret(settings)  # a missing secret is said now, in one line, not deep inside a token request
+    provider = _Provider(settings, storage)
+    return provider if settings.interactive is not None else _StepUpGuard(provider)
 
 
 def auth_failure(exc: BaseException) -> OAuthError | None:

@@ -1,66 +1,60 @@
-"""One live connection to a downstream MCP server: transport, handshake, listings, raw requests.
+"""One live connection to a downstream MCP server, in the era it speaks: listings, raw requests, signals.
 
-A `DownstreamSession` lives for one connection attempt; the supervisor in `proxy.py` makes a new
-one for every (re)start. It is assembled from SDK parts exactly as `mcp.Client(mode="legacy")`
-does (transport streams → `JSONRPCDispatcher` → `ClientSession` → `initialize`), because the
-handshake era is what every server in the wild speaks, carries `notifications/*/list_changed`
-and `notifications/cancelled`, and costs no `server/discover` probe. Holding the dispatcher lets
-a `tools/call` go out and come back as plain JSON: the downstream's result is handed upstream
-without being parsed into models and dumped again (the hot path). A stdio server started early
-by `EarlyStarts` (spawn.py) was already sent `initialize`: its answer is read and adopted instead.
-`closed` fires when the transport reaches EOF (a stdio server exiting), which is how a crash is
-noticed; remote URLs try streamable HTTP, then SSE (SSE first for URLs ending in `/sse`).
-The server's own requests (sampling, elicitation, roots) go to `ServerRequests` (client_requests.py),
-whose callbacks also decide which client capabilities the handshake declares.
+A `DownstreamSession` lives for one connection attempt; the supervisor makes a new one for every
+(re)start. It opens one `Link` (connect.py) in the era the server speaks, as the SDK client finds
+it: 2026-07-28 when the server offers it (stateless servers included), else the handshake. Each
+request is then sent as the client behind it (`CALLER`) would send it directly: a 2026-era
+client's over the 2026 channel with its own envelope; a handshake-era client's over a handshake
+channel, which for a server speaking both eras is a second link opened on first use (a second
+process of a stdio server), since a handshake-era client's server may ask it things mid-call that
+no 2026-era connection can carry. A request no channel of the client's era can carry is bridged:
+2026 input-required rounds are answered for a handshake-era client (rounds.py), and a handshake
+server's requests reach a 2026-era client as rounds (server/bridge.py). Results come back raw (the
+hot path parses nothing). List changes arrive as notifications (handshake) or on a
+`subscriptions/listen` stream (2026), and so do resource updates; a downstream's log message goes
+to the client whose call it belongs to, as it is. `closed` fires when the primary link ends.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any, Self, TypeVar, cast
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Self
 
 import anyio
-import httpx2
+import anyio.abc
 from anyio import AsyncContextManagerMixin
 from mcp import types
-from mcp.client.session import ClientSession, IncomingMessage
-from mcp.client.sse import sse_client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.dispatcher import CallOptions, ProgressFnT
+from mcp.client.session import IncomingMessage
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.message import SessionMessage
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from omega_mcp._sdk import Streams
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
-from omega_mcp.loglevels import python_level
-from omega_mcp.proxy.client_requests import ServerRequests
-from omega_mcp.proxy.oauth import auth_failure, http_auth
-from omega_mcp.proxy.spawn import INIT_ID, EarlyStarts
-from omega_mcp.proxy.spec import Catalog, DownstreamSpec, Target, usable_tools
+from omega_mcp.loglevels import ROUTED, python_level
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy.bounds import too_large
+from omega_mcp.proxy.client_requests import CALLER, Caller, ServerRequests
+from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link
+from omega_mcp.proxy.eras import Era, HandshakeChannel, modern_envelope
+from omega_mcp.proxy.listing import list_catalog, list_prompts, list_resources
+from omega_mcp.proxy.listing import list_tools as list_raw_tools
+from omega_mcp.proxy.modern import Envelope, ModernChannel
+from omega_mcp.proxy.rounds import answer_rounds, without_modern_fields
+from omega_mcp.proxy.spawn import EarlyStarts
+from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.proxy.stdio import StdioTransport
-from omega_mcp.proxy.streams import EofWatch
-from omega_mcp.version import __version__
 
 __all__ = ["DownstreamSession"]
 
 logger = logging.getLogger(__name__)
 
-
-_CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
-_PAGE_LIMIT = 100  # a paginator that never ends must not hang a listing
-_T = TypeVar("_T")
+_ASKING = ("tools/call", "prompts/get", "resources/read")
+"""The requests a 2026-era server may answer with an input-required round."""
 
 
 class DownstreamSession(AsyncContextManagerMixin):
-    """A connected, initialized session with one downstream server (enter to connect).
+    """A connected session with one downstream server, in its era (enter to connect).
 
     Raises on enter:
         OSError: a stdio command cannot be started.
@@ -84,140 +78,88 @@ class DownstreamSession(AsyncContextManagerMixin):
         self.closed = anyio.Event()
         self.close_reason: str | None = None
         self.stdio: StdioTransport | None = None
-        self.capabilities = types.ServerCapabilities()
-        self.server_info: types.Implementation | None = None
+        self._link: Link | None = None
+        self._second: Link | None = None
+        """A dual-era server's handshake link, opened for the first handshake-era client that needs it."""
+        self._second_lock = anyio.Lock()
+        self._second_failed: str | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
         self._signals: set[str] = set()
         self._wake = anyio.Event()
-        self._dispatcher: JSONRPCDispatcher[Any] | None = None
-        self._session: ClientSession | None = None
-        self._headers: dict[str, str] = {}
-        self.pipes: tuple[PipeReader, PipeWriter] | None = None
-        """The raw pipes of a stdio server (the tools/call relay writes and intercepts on them)."""
         self._close_callbacks: list[Callable[[], None]] = []
+        self.on_updated: Callable[[str, str], Awaitable[None]] | None = None
+        """Told of each `resources/updated` (server name, URI); set by the supervisor."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
-        target = self.spec.target
         async with AsyncExitStack() as stack:
-            if isinstance(target, str):
-                stack.push_async_exit(await self._connect_url(target))
-            else:
-                await self._connect(stack, self._transport(target))
-            try:
-                yield self
-            finally:
-                self._lost("omega is shutting the connection down")
-
-    def _transport(self, target: Target) -> AbstractAsyncContextManager[Streams]:
-        if isinstance(target, StdioServerParameters):
-            self.stdio = StdioTransport(
-                target,
-                server_name=self.spec.server_name,
+            self._link = await open_link(
+                stack,
+                self.spec,
+                choice=self.spec.era,
+                requests=self._requests,
+                on_message=self._primary_message,
+                on_eof=lambda: self._lost(self.stopped_because() or "the server closed the connection"),
                 early=self._early,
-                confinement=self.spec.confinement,
-                guard=self.spec.guard,
-                max_message_bytes=self.spec.max_message_bytes,
+                stdio_ready=self._stdio_ready,
             )
-            return self.stdio
-        if isinstance(target, str):
-            raise TypeError("URL targets are connected by _connect_url")
-        return target()
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                modern = self.modern
+                if modern is not None:
+                    task_group.start_soon(modern.follow, self._signal, self._updated, name="omega listen")
+                try:
+                    yield self
+                finally:
+                    self._task_group = None
+                    self._lost("omega is shutting the connection down")
+                    task_group.cancel_scope.cancel()
 
-    async def _connect_url(self, url: str) -> AsyncExitStack:
-        """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`).
+    def _stdio_ready(self, stdio: StdioTransport) -> None:
+        self.stdio = stdio
 
-        With `auth = "oauth"` both go through the OAuth client (proxy/oauth.py); an OAuth failure
-        (`needs login: ...`) ends the attempt at once: the other transport would fail the same way.
-        """
-        headers = dict(self.spec.headers)
-        auth = http_auth(self.spec.oauth) if self.spec.oauth is not None else None
+    @property
+    def link(self) -> Link:
+        """The primary link (only while entered)."""
+        if self._link is None:
+            raise RuntimeError("DownstreamSession used outside its context")
+        return self._link
 
-        refused: list[str] = []
+    @property
+    def era(self) -> Era:
+        """The era the server is spoken to in (for a server speaking both, its 2026 side)."""
+        return self.link.era
 
-        async def note_refusal(response: httpx2.Response) -> None:
-            if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
-                refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
+    @property
+    def modern(self) -> ModernChannel | None:
+        link = self._link
+        return link.channel if link is not None and isinstance(link.channel, ModernChannel) else None
 
-        def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
-            # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
-            client = httpx2.AsyncClient(
-                headers=headers,
-                auth=auth,
-                timeout=httpx2.Timeout(30.0, read=300.0),
-                event_hooks={"response": [note_refusal]},
-            )
-            stack.push_async_callback(client.aclose)
-            return streamable_http_client(url, http_client=client)
+    @property
+    def capabilities(self) -> types.ServerCapabilities:
+        return self.link.capabilities if self._link is not None else types.ServerCapabilities()
 
-        def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
-            return sse_client(url, headers=headers, auth=auth)
+    @property
+    def server_info(self) -> types.Implementation | None:
+        return self._link.server_info if self._link is not None else None
 
-        attempts = [sse, streamable] if url.rstrip("/").endswith("/sse") else [streamable, sse]
-        first_error: Exception | None = None
-        for make in attempts:
-            try:
-                async with AsyncExitStack() as stack:
-                    await self._connect(stack, make(stack))
-                    return stack.pop_all()
-            except Exception as exc:  # the other transport may still work; report the first failure
-                logger.debug("[%s] %s transport failed: %r", self.spec.server_name, make.__name__, exc)
-                if (oauth_failure := auth_failure(exc)) is not None:
-                    raise oauth_failure from None
-                first_error = first_error or exc
-        assert first_error is not None
-        if refused:
-            raise MCPError(types.INTERNAL_ERROR, refused[0]) from first_error
-        raise first_error
+    @property
+    def pipes(self) -> tuple[PipeReader, PipeWriter] | None:
+        """The primary link's raw pipes (a stdio server), or None."""
+        return self._link.pipes if self._link is not None else None
 
-    async def _connect(self, stack: AsyncExitStack, transport: AbstractAsyncContextManager[Streams]) -> None:
-        read, write = await stack.enter_async_context(transport)
-        early: dict[str, Any] | None = None
-        if isinstance(read, PipeReader) and isinstance(write, PipeWriter):
-            self.pipes = (read, write)
-            if self.stdio is not None and self.stdio.early_initialize:
-                with anyio.fail_after(self.spec.timeout_seconds):  # initialize is a request: `timeout` bounds it
-                    early = await self._early_answer(read)
-        dispatcher = JSONRPCDispatcher[Any](
-            EofWatch(read, lambda: self._lost(self.stopped_because() or "the server closed the connection")), write
-        )
-        options = self._requests.session_options() if self._requests is not None else {}
-        session = ClientSession(
-            dispatcher=dispatcher, client_info=_CLIENT_INFO, message_handler=self._on_message, **options
-        )
-        await stack.enter_async_context(session)
-        if early is None:
-            with anyio.fail_after(self.spec.timeout_seconds):
-                result = await session.initialize()
-        else:
-            # EarlyStarts already sent `initialize`: take its answer and finish the handshake.
-            result = types.InitializeResult.model_validate(early, by_name=False)
-            if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
-                raise MCPError(types.INVALID_REQUEST, f"unsupported protocol version {result.protocol_version}")
-            session.adopt(result)
-            await session.send_notification(types.InitializedNotification())
-        self._dispatcher, self._session = dispatcher, session
-        self.capabilities = result.capabilities
-        self.server_info = result.server_info
-        # What the SDK's handshake-era stamp sets; only the HTTP transport reads it.
-        self._headers = {MCP_PROTOCOL_VERSION_HEADER: result.protocol_version}
+    def pipes_for(self, modern: bool) -> tuple[PipeReader, PipeWriter] | None:
+        """The raw pipes a client of that era's `tools/call` goes to now (None: not a stdio link, or not open)."""
+        link = self._link
+        if link is None:
+            return None
+        if link.era == "modern" and not modern and link.handshake_too:
+            return self._second.pipes if self._second is not None else None
+        return link.pipes
 
-    async def _early_answer(self, read: PipeReader) -> dict[str, Any]:
-        """The answer to the `initialize` that `EarlyStarts.start` wrote before the SDK was loaded."""
-        while True:
-            try:
-                item = await read.receive()
-            except anyio.EndOfStream:
-                raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
-            if not isinstance(item, SessionMessage):
-                continue
-            message = item.message
-            if isinstance(message, types.JSONRPCResponse) and message.id == INIT_ID:
-                return message.result
-            if isinstance(message, types.JSONRPCError) and message.id == INIT_ID:
-                raise MCPError.from_error_data(message.error)
-            # Anything before the answer (a log line as a notification) has no session to go to yet.
+    # -- failures ----------------------------------------------------------------------------
 
     def with_exit(self, reason: str) -> str:
         """`reason`, with how the server process ended when it exited by itself."""
@@ -234,6 +176,9 @@ class DownstreamSession(AsyncContextManagerMixin):
         if isinstance(exc, TimeoutError):  # only the handshake is bounded by a raising timeout
             return self.with_exit(f"no answer to initialize within timeout ({self.spec.timeout_seconds:g} s)")
         if isinstance(exc, OSError) and self.stdio is not None and self.stdio.pid is None:
+            cwd = self.stdio.params.cwd
+            if cwd is not None and exc.filename == str(cwd):  # not the program: where it was to run
+                return f"cannot start: its working directory {cwd} {exc.strerror} (servers.{self.spec.server_name}.cwd)"
             return f"cannot start {self.stdio.params.command!r}: {exc.strerror or exc}"
         if isinstance(exc, MCPError):
             if exc.code == types.CONNECTION_CLOSED:
@@ -247,21 +192,15 @@ class DownstreamSession(AsyncContextManagerMixin):
             return f"cannot reach {self.spec.target}: {type(exc).__name__}: {exc}"
         return self.with_exit(f"{type(exc).__name__}: {exc}")
 
-    # -- signals from the downstream ---------------------------------------------------------
-
     def _lost(self, reason: str) -> None:
         if not self.closed.is_set():
             self.close_reason = reason
             self.closed.set()
             self._wake.set()
-            for callback in self._close_callbacks:
-                try:
-                    callback()
-                except Exception:  # boundary: an observer must not break the connection's shutdown
-                    logger.exception("[%s] close callback failed", self.spec.server_name)
+            self._closed_callbacks()
 
     def on_close(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (synchronously, once) when the connection ends."""
+        """Call `callback` (synchronously, once) when the connection ends, or when its second link does."""
         if self.closed.is_set():
             callback()
         else:
@@ -275,35 +214,58 @@ class DownstreamSession(AsyncContextManagerMixin):
         """Declare the connection dead (a call saw it fail); the supervisor will reconnect."""
         self._lost(reason)
 
-    async def _on_message(self, message: IncomingMessage) -> None:
+    # -- what the server sends ---------------------------------------------------------------
+
+    async def _primary_message(self, message: IncomingMessage) -> None:
+        await self._on_message(message, primary=True)
+
+    async def _second_message(self, message: IncomingMessage) -> None:
+        await self._on_message(message, primary=False)
+
+    async def _on_message(self, message: IncomingMessage, *, primary: bool) -> None:
         if isinstance(message, Exception):
             logger.debug("[%s] transport error: %r", self.spec.server_name, message)
             return
+        follows = primary and self._link is not None and self._link.era == "handshake"  # 2026: the listen stream
         match message:
-            case types.ToolListChangedNotification():
+            case types.ToolListChangedNotification() if follows:
                 self._signal("tools")
-            case types.PromptListChangedNotification():
+            case types.PromptListChangedNotification() if follows:
                 self._signal("prompts")
-            case types.ResourceListChangedNotification():
+            case types.ResourceListChangedNotification() if follows:
                 self._signal("resources")
+            case types.ResourceUpdatedNotification(params=params) if follows:
+                await self._updated(params.uri)
             case types.LoggingMessageNotification(params=params):
-                # Re-logged under omega's logger: stderr shows it, and clients that asked for logs
-                # (logging/setLevel) receive it, attributed to this server.
-                data = params.data if isinstance(params.data, str) else json.dumps(params.data, default=str)
-                logging.getLogger(f"omega_mcp.downstream.{self.spec.server_name}").log(
-                    python_level(params.level), "%s%s", f"{params.logger}: " if params.logger else "", data
-                )
+                await self._route_log(params)
             case types.ElicitCompleteNotification() if self._requests is not None:
                 await self._requests.on_notification(message)
             case _:
                 pass
+
+    async def _route_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        """omega's log shows it; the client whose call it belongs to gets it as it is (data unflattened)."""
+        logging.getLogger(f"omega_mcp.downstream.{self.spec.server_name}").log(
+            python_level(params.level),
+            "%s%s",
+            f"{params.logger}: " if params.logger else "",
+            params.data,
+            extra={ROUTED: True},
+        )
+        caller = self._requests.router.log_route(self.spec.server_name) if self._requests is not None else None
+        if caller is not None:
+            await caller.log(params)
+
+    async def _updated(self, uri: str) -> None:
+        if self.on_updated is not None:
+            await self.on_updated(self.spec.server_name, uri)
 
     def _signal(self, kind: str) -> None:
         self._signals.add(kind)
         self._wake.set()
 
     async def next_signals(self) -> set[str]:
-        """Wait for list_changed notifications (or the end); returns the kinds that changed."""
+        """Wait for list changes (or the end); returns the kinds that changed."""
         await self._wake.wait()
         self._wake = anyio.Event()
         kinds, self._signals = self._signals, set()
@@ -311,113 +273,170 @@ class DownstreamSession(AsyncContextManagerMixin):
             self._wake.set()  # stay awake: every later wait returns at once
         return kinds
 
-    # -- listings ----------------------------------------------------------------------------
+    # -- channels ----------------------------------------------------------------------------
 
-    @property
-    def session(self) -> ClientSession:
-        """The SDK session (only while entered)."""
-        if self._session is None:
-            raise RuntimeError("DownstreamSession used outside its context")
-        return self._session
+    async def _channel_for(self, caller: Caller | None) -> HandshakeChannel | ModernChannel:
+        link = self.link
+        if link.era == "handshake" or caller is None or caller.modern or not link.handshake_too:
+            return link.channel
+        second = await self._second_link()
+        return second.channel if second is not None else link.channel
 
-    async def _paginate(
-        self, fetch: Callable[[types.PaginatedRequestParams | None], Awaitable[Any]], items: str
-    ) -> list[Any]:
-        found: list[Any] = []
-        cursor: str | None = None
-        for _ in range(_PAGE_LIMIT):
-            page = await fetch(types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-            found.extend(getattr(page, items))
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return found
-
-    async def list_tools(self) -> tuple[types.Tool, ...]:
-        """Every usable tool the spec's globs let through, in the server's order.
-
-        Read as raw JSON, one tool at a time: one broken tool definition must not cost the others.
-
-        Raises:
-            MCPError: the server refused the listing, or did not answer within its `timeout`.
-            ValueError: the answer carries no `tools` list.
-        """
-        tools: list[types.Tool] = []
-        seen: set[str] = set()
-        cursor: object = None
-        for _ in range(_PAGE_LIMIT):
-            params = {"cursor": cursor} if isinstance(cursor, str) and cursor else None
-            page = await self.request("tools/list", params, timeout_seconds=self.spec.timeout_seconds)
-            raw = page.get("tools")
-            if not isinstance(raw, list):
-                raise ValueError("its tools/list answer has no `tools` list")
-            tools += usable_tools(self.spec.server_name, cast(list[object], raw), seen, self._warned)
-            cursor = page.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor:
-                break
-        for glob in self.spec.unmatched_globs([t.name for t in tools]):
-            if f"filter {glob}" not in self._warned:  # once per server and glob, across re-lists
-                self._warned.add(f"filter {glob}")
+    async def _second_link(self) -> Link | None:
+        """The handshake link of a dual-era server, opened now if need be (None: it cannot be)."""
+        async with self._second_lock:
+            if self._second is not None or self._second_failed is not None or self._task_group is None:
+                return self._second
+            try:
+                with anyio.fail_after(self.spec.connect_timeout_seconds):
+                    await self._task_group.start(self._hold_second, name="omega handshake link")
+            except Exception as exc:  # the 2026 side still serves: rounds are answered for the client
+                self._second_failed = str(exc) or type(exc).__name__
                 logger.warning(
-                    "server %s: the filter %r matches none of its %d tools", self.spec.server_name, glob, len(tools)
+                    "server %s: no handshake-era connection for handshake-era clients (%s); using its 2026 side",
+                    self.spec.server_name,
+                    self._second_failed,
                 )
-        return tuple(t for t in tools if self.spec.exports(t.name))
+            return self._second
 
-    async def _optional(self, kind: str, fetch: Callable[[], Awaitable[Sequence[_T]]]) -> tuple[_T, ...]:
+    async def _hold_second(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        CALLER.set(None)  # started from a client's call, but belongs to no call
+        gone = anyio.Event()
         try:
-            return tuple(await fetch())
-        except Exception as exc:  # a broken optional listing must not take the server's tools down
-            logger.warning("[%s] listing %s failed: %s", self.spec.server_name, kind, exc)
-            return ()
+            async with AsyncExitStack() as stack:
+                self._second = await open_link(
+                    stack,
+                    self.spec,
+                    choice="handshake",
+                    requests=self._requests,
+                    on_message=self._second_message,
+                    on_eof=gone.set,
+                )
+                task_status.started()
+                await gone.wait()
+                logger.info(
+                    "server %s: its handshake-era connection closed; reopened when needed", self.spec.server_name
+                )
+        finally:
+            self._second = None
+            self._closed_callbacks()
 
-    async def list_prompts(self) -> tuple[types.Prompt, ...]:
-        """The server's prompts (empty when it has none or listing them fails)."""
-        if self.capabilities.prompts is None:
-            return ()
-        return await self._optional(
-            "prompts", lambda: self._paginate(lambda p: self.session.list_prompts(params=p), "prompts")
-        )
+    def _closed_callbacks(self) -> None:
+        for callback in self._close_callbacks:
+            try:
+                callback()
+            except Exception:  # boundary: an observer must not break the connection's shutdown
+                logger.exception("[%s] close callback failed", self.spec.server_name)
 
-    async def list_resources(self) -> tuple[tuple[types.Resource, ...], tuple[types.ResourceTemplate, ...]]:
-        """The server's resources and resource templates (empty when it has none)."""
-        if self.capabilities.resources is None:
-            return (), ()
-        session = self.session
-        resources = await self._optional(
-            "resources", lambda: self._paginate(lambda p: session.list_resources(params=p), "resources")
+    def _envelope(self, caller: Caller | None, channel: ModernChannel) -> Envelope:
+        if caller is None:
+            own = modern_envelope(channel.session, channel.version)
+            return Envelope(
+                own["io.modelcontextprotocol/clientInfo"], own["io.modelcontextprotocol/clientCapabilities"]
+            )
+        info = caller.client_info or CLIENT_INFO
+        capabilities = caller.capabilities or types.ClientCapabilities()
+        return Envelope(
+            info.model_dump(by_alias=True, mode="json", exclude_none=True),
+            capabilities.model_dump(by_alias=True, mode="json", exclude_none=True),
+            caller.log_level,
         )
-        templates = await self._optional(
-            "resource templates",
-            lambda: self._paginate(lambda p: session.list_resource_templates(params=p), "resource_templates"),
-        )
-        return resources, templates
-
-    async def catalog(self) -> Catalog:
-        """Everything the server exports, listed afresh."""
-        tools = await self.list_tools()
-        prompts = await self.list_prompts()
-        resources, templates = await self.list_resources()
-        return Catalog(tools, prompts, resources, templates)
 
     # -- requests ----------------------------------------------------------------------------
 
     async def request(
         self,
         method: str,
-        params: dict[str, Any] | None,
+        params: Mapping[str, Any] | None,
         *,
         timeout_seconds: float,
         progress: ProgressFnT | None = None,
     ) -> dict[str, Any]:
-        """Send one request and return the raw result dict (unparsed: it is passed on as is).
+        """Send one request as the current `CALLER`'s client would, and return the raw result.
+
+        A 2026-era client gets a 2026-era server's answer as it is (an input-required round included);
+        anyone else gets the final answer, its rounds answered on its behalf, without 2026-only fields.
 
         Raises:
             MCPError: the server answered with an error, the request timed out (`REQUEST_TIMEOUT`,
-                after sending `notifications/cancelled`) or the connection closed (`CONNECTION_CLOSED`).
+                after cancelling it) or the connection closed (`CONNECTION_CLOSED`); an answer over
+                `[hub] max_message_mb` is `oversize.too_large_error`.
         """
-        if self._dispatcher is None:
-            raise RuntimeError("DownstreamSession used outside its context")
-        opts: CallOptions = {"timeout": timeout_seconds, "headers": dict(self._headers)}
-        if progress is not None:
-            opts["on_progress"] = progress
-        return await self._dispatcher.send_raw_request(method, params, opts)
+        caller = CALLER.get()
+        try:
+            channel = await self._channel_for(caller)
+            if isinstance(channel, HandshakeChannel):
+                if params is not None and ("requestState" in params or "inputResponses" in params):
+                    # A round of a 2026-era server's, and this one is not: nothing of it can be valid here.
+                    raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
+                return await channel.request(method, params, timeout_seconds=timeout_seconds, progress=progress)
+            envelope = self._envelope(caller, channel)
+
+            async def send(sent: Mapping[str, Any] | None) -> dict[str, Any]:
+                return await channel.request(method, sent, envelope, timeout_seconds=timeout_seconds, progress=progress)
+
+            raw = await send(params)
+            if caller is not None and caller.modern:
+                return raw
+            if method in _ASKING:
+
+                async def retry(answers: dict[str, Any], state: str | None) -> dict[str, Any]:
+                    again = {**(params or {}), "inputResponses": answers}
+                    if state is not None:
+                        again["requestState"] = state
+                    return await send(again)
+
+                raw = await answer_rounds(raw, retry, self._requests, channel.session)
+            return without_modern_fields(raw)
+        except MCPError as exc:
+            raise too_large(exc, self.spec.max_message_bytes) or exc from None
+
+    async def _list(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        token = CALLER.set(None)  # listings are omega's own
+        try:
+            return await self.request(method, params, timeout_seconds=self.spec.timeout_seconds)
+        finally:
+            CALLER.reset(token)
+
+    async def notify_roots_changed(self) -> None:
+        """Tell a handshake-era server its roots changed (the 2026 era has no such notification)."""
+        for link in (self._link, self._second):
+            if link is not None and link.era == "handshake":
+                await link.session.send_notification(types.RootsListChangedNotification())
+
+    async def set_subscriptions(self, uris: list[str]) -> None:
+        """Have the server announce updates of exactly these resources (2026: the listen filter)."""
+        modern = self.modern
+        if modern is not None:
+            modern.subscribe_only(uris)
+
+    # -- listings ----------------------------------------------------------------------------
+
+    async def list_tools(self) -> tuple[types.Tool, ...]:
+        """Every usable tool the spec's globs let through, in the server's order.
+
+        Raises:
+            MCPError: the server refused the listing, or did not answer within its `timeout`.
+            ValueError: the answer carries no `tools` list.
+        """
+        tools = await list_raw_tools(self._list, self.spec, self._warned)
+        modern = self.modern
+        return tuple(modern.usable(tools)) if modern is not None else tools
+
+    async def list_prompts(self) -> tuple[types.Prompt, ...]:
+        """The server's prompts (empty when it has none or listing them fails)."""
+        return await list_prompts(self._list, self.capabilities, self.spec.server_name)
+
+    async def list_resources(self) -> tuple[tuple[types.Resource, ...], tuple[types.ResourceTemplate, ...]]:
+        """The server's resources and resource templates (empty when it has none)."""
+        return await list_resources(self._list, self.capabilities, self.spec.server_name)
+
+    async def catalog(self) -> Catalog:
+        """Everything the server exports, listed afresh."""
+        catalog = await list_catalog(self._list, self.spec, self.capabilities, self._warned)
+        modern = self.modern
+        if modern is None:
+            return catalog
+        return Catalog(
+            tuple(modern.usable(catalog.tools)), catalog.prompts, catalog.resources, catalog.resource_templates
+        )

@@ -2,9 +2,10 @@
 
 Importing the SDK takes most of a second, and so does starting a typical MCP server. So the CLI
 calls `EarlyStarts.start()` right after reading the config: every enabled stdio server is started
-at once and sent its `initialize` request as plain JSON, and both sides load in parallel. The first
-connection attempt of each server then `adopt()`s its process and picks up the handshake answer
-(see `session.py`); later attempts (restarts) spawn afresh. Nothing here imports the SDK.
+at once and sent, as plain JSON, the era probe (`server/discover`) and the handshake (`initialize`),
+as `eras.py` asks them, and both sides load in parallel. The first connection attempt of each
+server then `adopt()`s its process and picks up the answers (see `connect.py`); later attempts
+(restarts) spawn afresh. Nothing here imports the SDK.
 Processes nobody adopted are killed when the `EarlyStarts` closes. Every server starts through
 `sandbox/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
 Env: the SDK's default inherited variables (`INHERITED_ENV`, checked against the SDK by a test),
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
     from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = [
+    "EARLY_IDS",
     "INHERITED_ENV",
-    "INIT_ID",
     "PASSED_ENV",
     "EarlyStarts",
     "Spawned",
@@ -70,7 +71,10 @@ PASSED_ENV = (
 and where the CA certificates are, without which `npx`/`uvx` cannot reach a registry behind a TLS proxy."""
 HANDSHAKE_VERSION = "2025-11-25"
 """The newest handshake-era protocol version (the SDK's LATEST_HANDSHAKE_VERSION)."""
-INIT_ID = "omega-early-initialize"
+MODERN_VERSION = "2026-07-28"
+"""The newest 2026-era protocol version (the SDK's LATEST_MODERN_VERSION)."""
+EARLY_IDS = {"discover": "omega-early-discover", "initialize": "omega-early-initialize"}
+"""The request ids of what an early start asks, by what it asks."""
 _DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "deathsig.py"
 """The launcher every server starts through, so that it dies with omega (see `spawn`)."""
 
@@ -85,7 +89,8 @@ class Spawned:
     stdin: int
     stdout: int
     stderr: int
-    initialize_sent: bool = False
+    asked: tuple[str, ...] = ()
+    """What was written to it before the SDK loaded (`discover`, `initialize`): their answers come first."""
 
 
 def default_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -129,6 +134,19 @@ def _program(command: str, environment: Mapping[str, str], cwd: str | Path | Non
     return os.path.abspath(found)
 
 
+def _check_cwd(cwd: str | Path | None) -> None:
+    """A working directory that is missing is named as such (Popen would blame the program).
+
+    Raises:
+        FileNotFoundError, NotADirectoryError: with `filename` the directory.
+    """
+    if cwd is None or os.path.isdir(cwd):
+        return
+    if os.path.lexists(cwd):
+        raise NotADirectoryError(errno.ENOTDIR, "is not a directory", str(cwd))
+    raise FileNotFoundError(errno.ENOENT, "does not exist", str(cwd))
+
+
 def launch_problem(
     guard: LaunchGuard, server_name: str, command: str, env: Mapping[str, str] | None, cwd: str | Path | None
 ) -> str | None:
@@ -167,6 +185,7 @@ def spawn(
         OSError: the command cannot be started.
     """
     environment = default_environment(env)
+    _check_cwd(cwd)  # the configured one (confined or not); omega makes the default one
     if guard is not None:
         launch_guard, server_name = guard
         problem = launch_problem(launch_guard, server_name, command, env, cwd)
@@ -206,13 +225,26 @@ def spawn(
     return Spawned(process, our_in, our_out, our_err)
 
 
-def _initialize_request(capabilities: dict[str, object]) -> bytes:
+def _early_requests(capabilities: dict[str, object], era: str) -> tuple[tuple[str, ...], bytes]:
+    """What to ask a server started early (as `eras.negotiate` asks it): the probe, the handshake, or both."""
+    info = {"name": "omega-mcp", "version": __version__}
     params = {
-        "protocolVersion": HANDSHAKE_VERSION,
-        "capabilities": capabilities,
-        "clientInfo": {"name": "omega-mcp", "version": __version__},
+        "discover": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                "io.modelcontextprotocol/clientInfo": info,
+                "io.modelcontextprotocol/clientCapabilities": capabilities,
+            }
+        },
+        "initialize": {"protocolVersion": HANDSHAKE_VERSION, "capabilities": capabilities, "clientInfo": info},
     }
-    return (json.dumps({"jsonrpc": "2.0", "id": INIT_ID, "method": "initialize", "params": params}) + "\n").encode()
+    methods = {"discover": "server/discover", "initialize": "initialize"}
+    asked = {"auto": ("discover", "initialize"), "modern": ("discover",)}.get(era, ("initialize",))
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": EARLY_IDS[key], "method": methods[key], "params": params[key]}) + "\n"
+        for key in asked
+    ]
+    return asked, "".join(lines).encode()
 
 
 class EarlyStarts:
@@ -232,7 +264,7 @@ class EarlyStarts:
         self.discard_all()
 
     def start(self, config: Config, *, serving: bool = False, guard: LaunchGuard | None = None) -> None:
-        """Start every enabled stdio server of `config` and send it `initialize` (best effort).
+        """Start every enabled stdio server of `config` and ask it its era (best effort).
 
         `serving`: omega serves MCP clients (`serve`), so it declares what it can pass on to them
         (`declared.py`), exactly as the SDK session it hands the server to would. Servers the
@@ -264,9 +296,10 @@ class EarlyStarts:
                 )
             except OSError:
                 continue  # the supervisor will try again and report why it cannot start
+            asked, lines = _early_requests(capabilities, server.era)
             try:
-                os.write(spawned.stdin, _initialize_request(capabilities))  # a fresh pipe has room for one line
-                spawned.initialize_sent = True
+                if os.write(spawned.stdin, lines) == len(lines):  # a fresh pipe has room for both lines
+                    spawned.asked = asked
             except OSError:
                 pass
             self._waiting[server_name] = (key, spawned)

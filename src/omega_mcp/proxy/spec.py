@@ -5,8 +5,9 @@
 pass a transport factory instead (an in-process server's, for one). `tools` are allow globs and
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
 `usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
-invalid or missing `inputSchema`, an empty name, a name listed twice) is skipped with a warning
-instead of taking the whole server down.
+invalid or missing `inputSchema`, an empty name, a name listed twice, or one that can only run as a
+task, which omega does not implement: README "Tasks") is skipped with a warning instead of taking
+the whole server down.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import ValidationError
 from omega_mcp._sdk import Transport
 from omega_mcp.config import HubConfig, ServerConfig, omega_home
 from omega_mcp.narrow import as_object
+from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
 from omega_mcp.proxy.spawn import launch_problem
@@ -64,7 +66,9 @@ class DownstreamSpec:
     guard: LaunchGuard | None = None
     """Where a stdio server may start from (`sandbox/untrusted.py`): every start asks it, restarts too."""
     max_message_bytes: int = _MAX_MESSAGE_MB << 20
-    """`[hub] max_message_mb`: the longest message read from a stdio server before it is stopped."""
+    """`[hub] max_message_mb`: the longest message taken from the server (a longer answer fails its request)."""
+    era: EraChoice = "auto"
+    """`era` in servers.toml: the era it offers (2026-07-28 first), or only `handshake` / `modern`."""
 
     @classmethod
     def from_config(
@@ -107,6 +111,7 @@ class DownstreamSpec:
                 client_id=config.client_id,
                 scopes=config.scopes,
                 client_metadata_url=config.client_metadata_url,
+                client_secret_env=config.client_secret_env,
             )
         return cls(
             server_name=server_name,
@@ -122,6 +127,7 @@ class DownstreamSpec:
             oauth=oauth,
             guard=guard,
             max_message_bytes=max_message_mb << 20,
+            era=config.era,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:
@@ -219,6 +225,12 @@ def usable_tools(server_name: str, raw: list[object], seen: set[str], warned: se
             _skip(server_name, "skipping a tool with an empty name", warned)
         elif tool.name in seen:
             _skip(server_name, f"lists tool {label} twice; only the first is exported", warned)
+        elif tool.execution is not None and tool.execution.task_support == "required":
+            # Every call of such a tool must be a task (`tools/call` with `task`, then `tasks/*`),
+            # which omega neither declares nor routes: exported, it could only ever fail.
+            _skip(
+                server_name, f"skipping tool {label}: it can only run as a task, which omega does not support", warned
+            )
         else:
             seen.add(tool.name)
             tools.append(tool)

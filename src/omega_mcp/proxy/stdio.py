@@ -6,10 +6,12 @@ SIGTERMs and SIGKILLs the group, under a shielded scope with every step bounded;
 started by `spawn.py`, which may have done so before the SDK was even imported), but talks to
 the pipes through `pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
 what a supervisor needs: the pid, the exit status and the last lines of stderr, so "server X is
-down" can say why. A message longer than `[hub] max_message_mb` ends the connection (`overflow`)
-and the server is killed at once: omega never buffers more than that bound. The server's stderr
-goes to our log, line by line. A crash is noticed by the exit status as well as by EOF: a
-grandchild that inherited stdout can keep the pipe open.
+down" can say why (`decisive_lines`: the error lines among them, not only the last line, which is
+often a hint or where a log went). omega never buffers more than `[hub] max_message_mb` of one
+message. The server's stderr goes to our log, line by line. A crash is noticed by the exit status as
+well as by EOF: a grandchild that inherited stdout can keep the pipe open. An answer longer than `[hub]
+max_message_mb` is dropped as it is read and fails that request only (`oversize.py`); only a long
+line that names no request it answers ends the connection.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import subprocess
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
 from anyio import AsyncContextManagerMixin
 from mcp.client.stdio import StdioServerParameters
 
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
+from omega_mcp.oversize import Oversize, limit_text, too_large_error
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group
@@ -77,8 +81,8 @@ class StdioTransport(AsyncContextManagerMixin):
         self.stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self.exited_by_itself = False
         """Whether the server exited (or closed stdout) before omega asked it to stop."""
-        self.early_initialize = False
-        """Whether `initialize` was already sent by `EarlyStarts.start` (its answer is the first to read)."""
+        self.early_asked: tuple[str, ...] = ()
+        """What `EarlyStarts.start` already asked (`discover`, `initialize`): their answers are read first."""
         self._stopping = False
         self._stopped = False
         self._open_fds: set[int] = set()
@@ -94,7 +98,7 @@ class StdioTransport(AsyncContextManagerMixin):
         if spawned is None:
             guard = (self._guard, self.server_name) if self._guard is not None else None
             spawned = spawn(params.command, params.args, env, params.cwd, confinement=self.confinement, guard=guard)
-        self.early_initialize = spawned.initialize_sent
+        self.early_asked = spawned.asked
         self._open_fds = {spawned.stdin, spawned.stdout, spawned.stderr}
         return spawned
 
@@ -105,6 +109,7 @@ class StdioTransport(AsyncContextManagerMixin):
         process = spawned.process
         self.pid = process.pid
         reader = self._reader = PipeReader(spawned.stdout, label=self.label, max_message_bytes=self._max_message_bytes)
+        reader.oversize = self._oversized
         writer = PipeWriter(spawned.stdin, label=self.label)
         try:
             async with anyio.create_task_group() as task_group:
@@ -121,6 +126,22 @@ class StdioTransport(AsyncContextManagerMixin):
                 if not self._stopped:  # we never got as far as the shutdown above
                     await self._stop(process, reader, writer)
             self._close_fds()
+
+    async def _oversized(self, oversize: Oversize) -> dict[str, object] | None:
+        """An answer over the bound fails its request; a request or notification is dropped; a line
+        that names nothing ends the connection (the server would wait on an answer forever)."""
+        limit = self._max_message_bytes
+        assert limit is not None and self._reader is not None
+        request_id = oversize.request_id
+        what = f"a message of {oversize.size} bytes, longer than {limit_text(limit)}"
+        if oversize.has_method:
+            logger.warning("%s dropped %s (a request or notification)", self.label, what)
+            return None
+        if request_id is None:
+            self._reader.stop(f"a message exceeded {limit_text(limit)}")
+            return None
+        logger.warning("%s dropped %s: the request it answers fails", self.label, what)
+        return {"jsonrpc": "2.0", "id": request_id, "error": too_large_error(limit, oversize.size)}
 
     @property
     def overflow(self) -> str | None:
@@ -210,7 +231,7 @@ class StdioTransport(AsyncContextManagerMixin):
         )
 
     def exit_detail(self) -> str:
-        """How the process ended, with its last stderr line: `exit status 1: ModuleNotFoundError: ...`."""
+        """How the process ended, with the stderr lines that say why: `exit status 1: ModuleNotFoundError: ...`."""
         code = self.returncode
         if code is None:
             status = "process still running"
@@ -222,5 +243,34 @@ class StdioTransport(AsyncContextManagerMixin):
             denied = explain_denial(self.confinement, self.stderr_tail)
             if denied is not None:
                 return f"{status}: {denied}"
-        last = self.stderr_tail[-1] if self.stderr_tail else ""
-        return f"{status}: {last}" if last else status
+        why = decisive_lines(self.stderr_tail)
+        return f"{status}: {why}" if why else status
+
+
+# What an error line looks like, in the words of Python, Node/npm, uv, Go and the C library (uv marks
+# its error with a multiplication sign); npm starts every line with "npm error", which says nothing.
+_ERROR_LINE = re.compile(
+    r"\b(error|exception|fatal|panic|fail(ed|ure|s)?|denied|refused|cannot|can't|unable|invalid|not found|"
+    r"no such|no module|unknown|unreachable|timed? ?out)\b|^\W*[\u00d7\u2716\u2717]",
+    re.IGNORECASE,
+)
+_TOOL_PREFIX = re.compile(r"^(npm (error|ERR!|warn)|pnpm|yarn)\b\s*", re.IGNORECASE)
+_HINT_LINE = re.compile(r"^\W*(help|hint|tip|try|consider|did you mean)\b", re.IGNORECASE)
+# Lines that never say why: a traceback's header, where a log went.
+_NOISE_LINE = re.compile(r"traceback \(most recent call last\)|a complete log of this run", re.IGNORECASE)
+_DECISIVE_WINDOW = 12
+_DECISIVE_LINE_CHARS = 300
+
+
+def decisive_lines(lines: Sequence[str]) -> str:
+    """The lines of a stderr tail that say why a server ended, as one line: the first and the last line
+    that read like an error (among the last few), then the last line when it is a hint (uv's `help:`),
+    without repeats; the last line alone when none reads like an error."""
+    window = [line.strip() for line in list(lines)[-_DECISIVE_WINDOW:] if line.strip()]
+    kept = [line for line in window if not _NOISE_LINE.search(line)] or window[-1:]
+    errors = [line for line in kept if _ERROR_LINE.search(_TOOL_PREFIX.sub("", line))]
+    hint = [line for line in kept[-1:] if _HINT_LINE.search(line) or not errors]
+    chosen = dict.fromkeys([*errors[:1], *errors[-1:], *hint])
+    return " … ".join(
+        line if len(line) <= _DECISIVE_LINE_CHARS else line[: _DECISIVE_LINE_CHARS - 1] + "…" for line in chosen
+    )

@@ -16,7 +16,7 @@ import anyio
 from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import ReadStream
-from omega_mcp.fastpath.pipes import MessageReadStream
+from omega_mcp.pipes import MessageReadStream
 
 __all__ = ["EofWatch", "quiet_transport_logs"]
 

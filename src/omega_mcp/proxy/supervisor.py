@@ -4,24 +4,27 @@ Every enabled server is connected in parallel by its own task, each attempt boun
 `connect_timeout`; one that fails to start, hangs or crashes is logged, marked down (its tools
 leave the namespace, calls to them get an isError saying why and when omega retries) and retried
 with exponential backoff (1 s doubling to 60 s, reset after 30 s up), while the others keep
-working. Startup, decided: `initialize` is answered at once; the first `tools/list` waits until
-every server has connected or failed (at most `startup_wait_seconds`: 10 s under `serve`), and
-servers arriving later are announced with `notifications/tools/list_changed`, like every change
-of the exported lists (version counters below; downstream `list_changed` is followed by a re-list).
-Downstreams speak the handshake era (`mode="legacy"` in SDK terms): every server in the wild
-does, it carries list_changed and cancellation, and costs no `server/discover` probe.
-Prompts and resources are re-exported by the rules in catalog.py (`Downstreams.exports`); the
-servers' own requests (sampling, elicitation, roots) are routed by client_requests.py.
+working. Startup, decided: `initialize` is answered at once; a listing waits for the first round
+(every server connected or failed) at most until `startup_wait_seconds` after the start (`serve`:
+0, so `tools/list` answers at once whatever the servers do; by default the whole round, for the
+agent and the one-shot commands); a call to a tool of a server still in its
+first attempt waits for that server only (`starting`, `wait_settled`, bounded by its connect
+timeout). Servers arriving later are announced with `notifications/tools/list_changed`, like every
+change of the exported lists (version counters below; a downstream's list change is followed by a
+re-list). Each downstream is spoken to in the era it speaks (session.py). Prompts and resources are
+re-exported by the rules in catalog.py (`Downstreams.exports`), resource subscriptions kept by
+subscriptions.py (`resources_updated` delivers the updates); the servers' own requests
+(sampling, elicitation, roots) are routed by client_requests.py.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import anyio
 import anyio.abc
@@ -37,11 +40,14 @@ from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
+from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
+from omega_mcp.proxy.status import ServerState, ServerStatus, down_message, lost_state
 from omega_mcp.proxy.streams import quiet_transport_logs
+from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
 from omega_mcp.sandbox.servers import server_policy
 from omega_mcp.sandbox.untrusted import LaunchGuard
@@ -51,26 +57,7 @@ __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerSta
 logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
-
-
-def _lost_state(spec: DownstreamSpec) -> ServerState:
-    """What a server that was connected is doing now: a process is restarted, a URL reconnected."""
-    return "reconnecting" if isinstance(spec.target, str) else "restarting"
-
-
-ServerState = Literal["connecting", "connected", "failed", "restarting", "reconnecting", "disabled"]
-
-
-@dataclass(frozen=True, slots=True)
-class ServerStatus:
-    """One server as `omega-mcp tools` shows it."""
-
-    server_name: str
-    state: ServerState
-    reason: str | None
-    retry_in_seconds: float | None
-    tools: tuple[str, ...]
-    pid: int | None = None
+_SETTLE_MARGIN_SECONDS = 5.0  # how long a wait for a first attempt may outlast its connect timeout
 
 
 @dataclass(slots=True)
@@ -130,6 +117,7 @@ class Downstreams(AsyncContextManagerMixin):
                 entry.state, entry.reason, entry.settled, entry.refused = "failed", refusal, True, True
                 logger.warning("server %s is not started: %s", entry.spec.server_name, refusal)
         self._startup_wait = startup_wait_seconds
+        self._started_at = 0.0
         self._backoff = (backoff_seconds, backoff_max_seconds, stable_seconds)
         self._versions = [0, 0, 0]
         self._changed = anyio.Event()
@@ -137,8 +125,12 @@ class Downstreams(AsyncContextManagerMixin):
         self._tools_cache: tuple[tuple[str, types.Tool], ...] | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._logged: set[tuple[str, str]] = set()
-        self.exports = Exports(self._connected)
+        self.exports = Exports(self._connected, self.client_requests.calling)
         """The connected servers' prompts and resources, re-exported (prompts/list, resources/read, ...)."""
+        self.subscriptions = Subscriptions(self.exports.owner_of)
+        """Who subscribed to which resource (resources/subscribe, subscriptions/listen filters)."""
+        self.resources_updated: UpdateSink | None = None
+        """Delivers a server's `resources/updated` to its subscribers (set by the MCP server)."""
         self._update_settled()
 
     @classmethod
@@ -171,7 +163,7 @@ class Downstreams(AsyncContextManagerMixin):
             for entry in self._entries.values():
                 if entry.spec.enabled and not entry.refused:
                     task_group.start_soon(self._supervise, entry, name=f"omega downstream {entry.spec.server_name}")
-            self._task_group = task_group
+            self._task_group, self._started_at = task_group, anyio.current_time()
             try:
                 yield
             finally:
@@ -191,7 +183,7 @@ class Downstreams(AsyncContextManagerMixin):
                 failures = 0
             delay = min(base * 2**failures, ceiling)
             failures += 1
-            entry.state = "failed" if entry.state in ("connecting", "failed") else _lost_state(entry.spec)
+            entry.state = "failed" if entry.state in ("connecting", "failed") else lost_state(entry.spec)
             entry.reason, entry.retry_at = reason, now + delay
             self._log_down(entry, reason, delay)
             self._mark_settled(entry)
@@ -207,10 +199,12 @@ class Downstreams(AsyncContextManagerMixin):
         with anyio.CancelScope(deadline=anyio.current_time() + spec.connect_timeout_seconds) as connect_scope:
             try:
                 async with session:
+                    session.on_updated = self._updated
                     catalog = await session.catalog()
                     connect_scope.deadline = math.inf
                     connected_at = anyio.current_time()
                     self._publish(entry, session, catalog)
+                    await self.subscriptions.reconnected(spec.server_name, session)
                     try:
                         await self._follow(entry, session)
                     finally:
@@ -240,7 +234,7 @@ class Downstreams(AsyncContextManagerMixin):
             except (MCPError, TimeoutError, ValidationError) as exc:
                 logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
                 continue
-            self._publish(entry, session, catalog)
+            self._publish(entry, session, catalog, announce=kinds)  # passed on even when the list looks the same
 
     def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
         name = entry.spec.server_name
@@ -252,7 +246,9 @@ class Downstreams(AsyncContextManagerMixin):
 
     # -- publication -------------------------------------------------------------------------
 
-    def _publish(self, entry: _Entry, session: DownstreamSession, catalog: Catalog) -> None:
+    def _publish(
+        self, entry: _Entry, session: DownstreamSession, catalog: Catalog, announce: set[str] | None = None
+    ) -> None:
         if entry.session is not session:
             info = session.server_info
             logger.info(
@@ -262,21 +258,23 @@ class Downstreams(AsyncContextManagerMixin):
                 len(catalog.tools),
             )
         entry.session, entry.state, entry.reason, entry.retry_at = session, "connected", None, None
-        self._replace_catalog(entry, catalog)
+        self._replace_catalog(entry, catalog, announce or set())
         self._mark_settled(entry)
 
     def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
         entry.session = None
-        entry.state, entry.reason = _lost_state(entry.spec), session.close_reason or "the connection ended"
+        entry.state, entry.reason = lost_state(entry.spec), session.close_reason or "the connection ended"
         self._replace_catalog(entry, Catalog())
 
-    def _replace_catalog(self, entry: _Entry, catalog: Catalog) -> None:
+    def _replace_catalog(self, entry: _Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
         old, entry.catalog = entry.catalog, catalog
         entry.tools_by_name = {t.name: t for t in catalog.tools}
+        said = announce or set()
         changed = (
-            old.tools != catalog.tools,
-            old.prompts != catalog.prompts,
-            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates),
+            old.tools != catalog.tools or "tools" in said,
+            old.prompts != catalog.prompts or "prompts" in said,
+            (old.resources, old.resource_templates) != (catalog.resources, catalog.resource_templates)
+            or "resources" in said,
         )
         if not any(changed):
             return
@@ -287,7 +285,9 @@ class Downstreams(AsyncContextManagerMixin):
         self._poke()
 
     def _mark_settled(self, entry: _Entry) -> None:
-        entry.settled = True
+        if not entry.settled:
+            entry.settled = True
+            self._poke()  # a call waiting for this server (`wait_settled`) goes on
         self._update_settled()
 
     def _update_settled(self) -> None:
@@ -319,18 +319,27 @@ class Downstreams(AsyncContextManagerMixin):
         """Whether every enabled server has connected or failed at least once."""
         return self._settled.is_set()
 
-    async def wait_ready(self, until: Callable[[], bool] | None = None) -> None:
-        """Wait until every server connected or failed once (or `until()` holds after a change).
+    async def wait_ready(self) -> None:
+        """Wait until every server connected or failed once: for the whole round, or (when set) at most
+        until `startup_wait_seconds` after the start, so that later listings do not wait at all."""
+        timeouts = [e.spec.connect_timeout_seconds for e in self._entries.values()]
+        bound = max(timeouts, default=0) + _SETTLE_MARGIN_SECONDS  # each attempt ends within its connect timeout
+        deadline = anyio.current_time() + bound if self._startup_wait is None else self._started_at + self._startup_wait
+        with anyio.CancelScope(deadline=deadline):
+            while self._task_group is not None and not self._settled.is_set():
+                await self._changed.wait()
 
-        Bounded by `startup_wait_seconds`, by default by the longest connect timeout.
-        """
-        if self._task_group is None:
-            return
-        bound = self._startup_wait
-        if bound is None:  # the whole first round; each attempt ends within its connect timeout
-            bound = max((e.spec.connect_timeout_seconds for e in self._entries.values()), default=0) + 10
+    def starting(self, name: str) -> list[str]:
+        """The servers in their first connection attempt whose tool (or prompt) `name` may be (by prefix)."""
+        prefixed = [n for n, e in self._entries.items() if name.startswith(server_prefixes(n)) and e.spec.enabled]
+        return [n for n in prefixed if not self._entries[n].settled]
+
+    async def wait_settled(self, server_names: Sequence[str]) -> None:
+        """Wait until each of these servers connected or failed once (bounded: its connect timeout)."""
+        entries = [self._entries[name] for name in server_names]
+        bound = max((e.spec.connect_timeout_seconds for e in entries), default=0) + _SETTLE_MARGIN_SECONDS
         with anyio.move_on_after(bound):
-            while not self._settled.is_set() and not (until is not None and until()):
+            while self._task_group is not None and not all(e.settled for e in entries):
                 await self._changed.wait()
 
     # -- tools -------------------------------------------------------------------------------
@@ -358,17 +367,9 @@ class Downstreams(AsyncContextManagerMixin):
     def down_message(self, server_name: str) -> str:
         """Why a server's tools cannot be called right now, and when omega tries again."""
         entry = self._entries[server_name]
-        if entry.state == "disabled":
-            return f"server {server_name} is disabled (enabled = false in servers.toml)"
-        if entry.state == "connecting":
-            return f"server {server_name} is still starting; try again in a moment"
-        reason = entry.reason or "not connected"
-        if self._one_shot or entry.refused:
-            return f"server {server_name} is down: {reason}"
-        if entry.retry_at is None:
-            return f"server {server_name} is down: {reason}; omega is reconnecting now"
-        wait = max(0, math.ceil(entry.retry_at - anyio.current_time()))
-        return f"server {server_name} is down: {reason}; omega will retry in {wait} s"
+        retry_in = entry.retry_at - anyio.current_time() if entry.retry_at is not None else None
+        final = self._one_shot or entry.refused
+        return down_message(server_name, entry.state, entry.reason, retry_in, final=final)
 
     def unavailable(self, name: str) -> str | None:
         """For a tool name that belongs to a server that is not connected, the reason; else None."""
@@ -387,11 +388,13 @@ class Downstreams(AsyncContextManagerMixin):
         *,
         progress: ProgressFnT | None = None,
         meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Forward one call and return the downstream's result as wire JSON, untouched.
 
         Failures (down server, timeout, lost connection) are isError results; a JSON-RPC error the
-        server answered with raises `DownstreamRefusedError`.
+        server answered with raises `DownstreamRefusedError`. `extra`: the client's other call
+        fields (a 2026-era retry's `inputResponses`, `requestState`), passed on.
         """
         entry = self._entries.get(server_name)
         if entry is None:
@@ -399,7 +402,7 @@ class Downstreams(AsyncContextManagerMixin):
         if entry.session is None:
             return error_wire(self.down_message(server_name))
         with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
-            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta)
+            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
 
     async def send_roots_list_changed(self) -> None:
         """Send `notifications/roots/list_changed` to every connected server (bounded, best effort)."""
@@ -408,9 +411,17 @@ class Downstreams(AsyncContextManagerMixin):
                 continue
             with anyio.move_on_after(_NOTIFY_SECONDS):
                 try:
-                    await entry.session.session.send_notification(types.RootsListChangedNotification())
+                    await entry.session.notify_roots_changed()
                 except Exception as exc:  # boundary: one server going away must not stop the others
                     logger.debug("[%s] roots/list_changed not delivered: %s", name, exc)
+
+    # -- resource subscriptions (rules in subscriptions.py) ----------------------------------
+
+    async def _updated(self, server_name: str, uri: str) -> None:
+        sink = self.resources_updated
+        subscribers = self.subscriptions.subscribers(server_name, uri)
+        if sink is not None and subscribers:
+            await sink(uri, subscribers)
 
     # -- prompts and resources (rules in catalog.py) ------------------------------------------
 
@@ -428,5 +439,8 @@ class Downstreams(AsyncContextManagerMixin):
             stdio = entry.session.stdio if entry.session is not None else None
             pid = stdio.pid if stdio is not None else None
             tools = tuple(t.name for t in entry.catalog.tools)
-            result.append(ServerStatus(name, entry.state, entry.reason, retry, tools, pid))
+            reason = entry.reason
+            if entry.state == "connected" and entry.spec.oauth is not None:
+                reason = step_up_needed(entry.spec.oauth)  # connected, but some requests need a login
+            result.append(ServerStatus(name, entry.state, reason, retry, tools, pid))
         return result

@@ -64,11 +64,17 @@ def root_problems(
     workspace_key: str = "sandbox.workspace",
     user_home: Path | None = None,
     interpreter: Iterable[Path] | None = None,
+    roots: Iterable[tuple[str, Path]] | None = None,
 ) -> list[RootProblem]:
-    """Every configured root (the workspace, `write_roots`) that is unsafe, with the reason."""
+    """Every configured root (the workspace, `write_roots`) that is unsafe, with the reason.
+
+    `roots` (setting, root) replaces the policy's own: a confined server's declared roots are judged
+    the same way (`servers.NAME.sandbox.write_roots`, `servers.NAME.cwd`).
+    """
     home = _real(user_home if user_home is not None else Path.home())
     dirs = tuple(interpreter) if interpreter is not None else interpreter_dirs()
-    roots = [(workspace_key, policy.workspace), *(("sandbox.write_roots", root) for root in policy.write_roots)]
+    if roots is None:
+        roots = [(workspace_key, policy.workspace), *(("sandbox.write_roots", root) for root in policy.write_roots)]
     problems: list[RootProblem] = []
     for key, root in roots:
         reason = _reason(_real(root), policy, home, dirs)

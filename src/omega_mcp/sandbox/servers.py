@@ -57,6 +57,7 @@ the server's `env` sets itself wins, and that directory is then writable for it.
 _DENIED = re.compile(r"EACCES|EPERM|EROFS|permission denied|operation not permitted|read-only file system", re.I)
 _QUOTED_PATH = re.compile(r"""['"](/[^'"]*)['"]""")
 _BARE_PATH = re.compile(r"(?:^|[\s:])(/[^\s:'\"]+)")
+_REFUSED = re.compile(r"ECONNREFUSED|connection refused", re.IGNORECASE)
 _OFFLINE = re.compile(
     r"ENETUNREACH|EAI_AGAIN|ENOTFOUND|network is unreachable|name resolution|name or service not known|"
     r"nodename nor servname|getaddrinfo|no address associated",
@@ -180,6 +181,11 @@ def explain_denial(policy: SandboxPolicy, lines: Sequence[str]) -> str | None:
             if found is None:
                 continue
             return _denied_path(policy, Path(os.path.normpath(found.group(1))), key)
+    if policy.mode == "sandbox" and any(_REFUSED.search(line) for line in lines):
+        return (
+            f"connection refused: the server is confined without network, so 127.0.0.1 is its own loopback, "
+            f"not this machine's: set {key}.network = true to reach a service here"
+        )
     if policy.mode == "sandbox" and any(_OFFLINE.search(line) for line in lines):
         return f"no network (the server is confined): set {key}.network = true if it needs one"
     return None

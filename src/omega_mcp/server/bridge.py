@@ -1,18 +1,21 @@
-"""Downstream requests for 2026-07-28 clients: the input-required round trips, bridged.
+"""Downstream requests for 2026-07-28 clients: a handshake-era server's requests, as input-required rounds.
 
-A 2026-07-28 client has no back-channel. A server that needs input during a call answers the call
-with an `InputRequiredResult` (`inputRequests` plus an opaque `requestState`) and the client
-retries the call with `inputResponses`. omega's downstreams speak the handshake era, so their
-sampling, elicitation and roots requests arrive as JSON-RPC requests while the call runs. The
-`Bridge` keeps such a call running across the client's round trips: the first tools/call starts
-it in the background and waits; when the downstream asks, the call is answered with an
-`InputRequiredResult` carrying those requests and a random `requestState`; the retry hands each
-response to the downstream request waiting for it and waits again, for the result or the next
-requests. A round the client abandons (cancels) cancels the call, downstream included; a call
-nobody comes back for within `IDLE_SECONDS` is cancelled too. A call that never asks answers the
-first round with its result, as without the bridge. A client that declares neither sampling,
-elicitation nor roots cannot be asked anything: its calls skip the bridge (`asks_nothing`) and run
-with an `Unreachable` caller, so that a downstream's request is declined (or answered by omega).
+A 2026-07-28 client has no back-channel. A 2026-era server that needs input answers with an
+`InputRequiredResult` (its `inputRequests` under its own keys, its own `requestState`), which omega
+hands the client as it is; the client's retry goes back to the server as it is. A handshake-era
+server instead sends JSON-RPC requests (sampling, elicitation, roots) while the request runs. The
+`Bridge` keeps such a request (`tools/call`, `prompts/get`, `resources/read`) running across the
+client's rounds: the first round starts it in the background and waits; when the server asks, the
+round is answered with an `InputRequiredResult` carrying those requests and a fresh `requestState`
+(one per round, marked as omega's, so any other state is the server's own and passes through);
+the retry hands each response to the server request waiting for it and waits again, for the
+result or the next requests. Each bridged request runs as its own `Caller` (over HTTP a server's
+request names the call it belongs to, so concurrent clients never wait on each other). A round the
+client abandons (cancels) cancels the request, downstream included; one nobody comes back for
+within `IDLE_SECONDS` is cancelled too. A request that never asks answers its first round with its
+result, as without the bridge. A client that declares neither sampling, elicitation nor roots
+cannot be asked anything: its requests skip the bridge (`asks_nothing`) and run with an
+`Unreachable` caller, so that a server's request is declined (or answered by omega).
 """
 
 from __future__ import annotations
@@ -27,20 +30,69 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 from mcp import types
+from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.loglevels import allows
 from omega_mcp.proxy.client_requests import CALLER, InputRequest
 
-__all__ = ["IDLE_SECONDS", "Bridge", "Unreachable", "asks_nothing"]
+__all__ = ["IDLE_SECONDS", "STATE_PREFIX", "Bridge", "ModernCaller", "Unreachable", "asks_nothing"]
 
 logger = logging.getLogger(__name__)
 
-IDLE_SECONDS = 120.0
-"""How long a call waits for the client to come back with the input it asked for."""
+IDLE_SECONDS = 60.0
+"""How long a bridged request waits for its client to come back with the input it asked for."""
+STATE_PREFIX = "omega-round:"
+"""How omega's own `requestState` values begin (any other is a downstream's, passed on)."""
 
 _R = TypeVar("_R", bound=types.Result)
+_LEVELS: dict[str, types.LoggingLevel] = {
+    name: name for name in ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+}
 _keys = itertools.count(1)
+Raw = dict[str, Any]
+
+
+class ModernCaller:
+    """A 2026-era client's request as the `Caller` of what it causes downstream: its envelope, its logs."""
+
+    def __init__(self, session: ServerSession, meta: dict[str, Any] | None) -> None:
+        self.session = session
+        self.capabilities = session.client_capabilities
+        params = session.client_params
+        self.client_info = params.client_info if params is not None else None
+        self.name = self.client_info.name if self.client_info is not None else "unnamed"
+        level = (meta or {}).get("io.modelcontextprotocol/logLevel")
+        self.log_level: types.LoggingLevel | None = _LEVELS.get(level) if isinstance(level, str) else None
+
+    @property
+    def modern(self) -> bool:
+        return True
+
+    @property
+    def client(self) -> object:
+        return self  # a 2026-era HTTP request carries no identity: each request counts as its own client
+
+    async def ask(
+        self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFnT | None
+    ) -> _R:
+        raise MCPError(types.INVALID_REQUEST, f"omega's client {self.name} cannot be asked {request.method}")
+
+    async def notify(self, notification: types.ServerNotification) -> None:
+        logger.debug("%s dropped: a 2026-07-28 client has no channel for it", notification.method)
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if not allows(self.log_level, params.level):  # what this request's `_meta` log level asked for
+            return
+        try:  # on the request's own stream (any related id makes it request-scoped)
+            await self.session.send_notification(types.LoggingMessageNotification(params=params), related_request_id=0)
+        except Exception as exc:  # boundary: a client that went away just misses it
+            logger.debug("a log message was not delivered: %s", exc)
+
+
+class Unreachable(ModernCaller):
+    """The `Caller` of a 2026-era request from a client that can be asked nothing."""
 
 
 @dataclass(slots=True, eq=False)
@@ -52,19 +104,18 @@ class _Ask:
     response: dict[str, Any] | None = None
 
 
-class _Call:
-    """A call kept running across round trips; also the `Caller` of its downstream requests."""
+class _Call(ModernCaller):
+    """A request kept running across rounds; also the `Caller` of its downstream requests."""
 
     def __init__(
-        self, capabilities: types.ClientCapabilities | None, name: str, report: ProgressFnT, client: object | None
+        self, session: ServerSession, meta: dict[str, Any] | None, report: ProgressFnT, client: object
     ) -> None:
-        self.state = secrets.token_urlsafe(24)
+        super().__init__(session, meta)
+        self.state = ""
         self._client = client
-        self.capabilities = capabilities
-        self.name = name
         self.report = report
         self.asks: dict[str, _Ask] = {}
-        self.result: types.CallToolResult | None = None
+        self.result: Raw | None = None
         self.failure: BaseException | None = None
         self.done = False
         self.changed = anyio.Event()
@@ -76,11 +127,9 @@ class _Call:
         event, self.changed = self.changed, anyio.Event()
         event.set()
 
-    # -- the Caller protocol (proxy/client_requests.py) --------------------------------------
-
     @property
     def client(self) -> object:
-        return self._client if self._client is not None else self  # unknown: each call is its own client
+        return self._client if self._client is not None else self
 
     async def ask(
         self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFnT | None
@@ -99,11 +148,6 @@ class _Call:
             del self.asks[key]
         return result_type.model_validate(ask.response, by_name=False)
 
-    async def notify(self, notification: types.ServerNotification) -> None:
-        logger.debug("%s dropped: a 2026-07-28 client has no channel for it", notification.method)
-
-    # -- rounds ------------------------------------------------------------------------------
-
     def answer(self, responses: types.InputResponses) -> None:
         for key, response in responses.items():
             ask = self.asks.get(key)
@@ -111,8 +155,7 @@ class _Call:
                 ask.response = response.model_dump(by_alias=True, mode="json", exclude_none=True)
                 ask.answered.set()
 
-    def outcome(self) -> types.CallToolResult | types.InputRequiredResult | None:
-        # Requests first: one of the same client's other calls may have put its downstream's here.
+    def outcome(self) -> Raw | types.InputRequiredResult | None:
         unanswered = {key: ask.request for key, ask in self.asks.items() if not ask.answered.is_set()}
         if unanswered:
             return types.InputRequiredResult(input_requests=unanswered, request_state=self.state)
@@ -128,64 +171,51 @@ def asks_nothing(capabilities: types.ClientCapabilities | None) -> bool:
     )
 
 
-class Unreachable:
-    """The `Caller` of a 2026-era call from a client that can be asked nothing."""
-
-    def __init__(self, capabilities: types.ClientCapabilities | None, name: str) -> None:
-        self.capabilities = capabilities
-        self.name = name
-
-    @property
-    def client(self) -> object:
-        return self
-
-    async def ask(
-        self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFnT | None
-    ) -> _R:
-        raise MCPError(types.INVALID_REQUEST, f"omega's client {self.name} cannot be asked {request.method}")
-
-    async def notify(self, notification: types.ServerNotification) -> None:
-        logger.debug("%s dropped: a 2026-07-28 client has no channel for it", notification.method)
+def ours(state: str | None) -> bool:
+    """Whether a `requestState` is one of omega's rounds (not a downstream's own)."""
+    return state is not None and state.startswith(STATE_PREFIX)
 
 
 class Bridge:
-    """The calls of 2026-era clients that are waiting for input, keyed by their `requestState`."""
+    """The requests of 2026-era clients that are waiting for input, keyed by their current `requestState`."""
 
     def __init__(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
         self._calls: dict[str, _Call] = {}
 
-    async def call_tool(
+    async def run(
         self,
-        params: types.CallToolRequestParams,
-        run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]],
+        session: ServerSession,
+        meta: dict[str, Any] | None,
+        request_state: str | None,
+        input_responses: types.InputResponses | None,
+        run: Callable[[ProgressFnT], Awaitable[Raw]],
         *,
-        capabilities: types.ClientCapabilities | None,
-        name: str,
         report: ProgressFnT,
         client: object | None = None,
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """One round of a call: `run(progress)` makes the call (the first round starts it).
+    ) -> Raw | types.InputRequiredResult:
+        """One round of a request: `run(progress)` makes it (the first round starts it).
 
         `client` identifies the client when the transport does (a 2026-era stdio stream has one);
-        a 2026-era HTTP request carries no identity, and each of its calls counts as its own client.
+        a 2026-era HTTP request carries no identity, and each of its requests counts as its own client.
 
         Raises:
-            MCPError: INVALID_PARAMS for a `requestState` that names no waiting call.
+            MCPError: INVALID_PARAMS for one of omega's `requestState` values that names no waiting request.
         """
-        if params.request_state is not None:
-            call = self._calls.get(params.request_state)
+        if ours(request_state):
+            assert request_state is not None
+            call = self._calls.pop(request_state, None)
             if call is None:
                 raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
             call.report = report  # progress rides the current round's request
-            call.answer(params.input_responses or {})
+            call.session = session  # and so do its log messages
+            call.answer(input_responses or {})
         else:
-            call = _Call(capabilities, name, report, client)
-            self._calls[call.state] = call
-            self._task_group.start_soon(self._run, call, run, name="omega bridged call")
+            call = _Call(session, meta, report, client)
+            self._task_group.start_soon(self._run, call, run, name="omega bridged request")
         return await self._round(call)
 
-    async def _run(self, call: _Call, run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]]) -> None:
+    async def _run(self, call: _Call, run: Callable[[ProgressFnT], Awaitable[Raw]]) -> None:
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             await call.report(progress, total, message)
 
@@ -193,7 +223,7 @@ class Bridge:
         try:
             with call.scope:
                 async with anyio.create_task_group() as watch:
-                    watch.start_soon(self._expire, call, watch.cancel_scope)
+                    watch.start_soon(self._expire, call)
                     try:
                         call.result = await run(progress)
                     except Exception as exc:  # handed to the round waiting for it
@@ -205,36 +235,44 @@ class Bridge:
         finally:
             self._calls.pop(call.state, None)
 
-    async def _expire(self, call: _Call, scope: anyio.CancelScope) -> None:
-        """Cancel the call when no round waits on it for IDLE_SECONDS."""
+    async def _expire(self, call: _Call) -> None:
+        """Cancel the request when no round waits on it for IDLE_SECONDS."""
         while True:
             while call.waiting:
                 await call.changed.wait()
             with anyio.move_on_after(IDLE_SECONDS) as idle:
                 await call.changed.wait()
             if idle.cancelled_caught and not call.waiting:
-                logger.info("a 2026-07-28 client did not come back for its call within %g s: cancelled", IDLE_SECONDS)
+                logger.info(
+                    "a 2026-07-28 client did not come back for its request within %g s: cancelled", IDLE_SECONDS
+                )
                 call.scope.cancel()
                 return
 
-    async def _round(self, call: _Call) -> types.CallToolResult | types.InputRequiredResult:
+    async def _round(self, call: _Call) -> Raw | types.InputRequiredResult:
         call.waiting += 1
         call.poke()
         finished = False
         try:
-            while (outcome := call.outcome()) is None:
+            while True:
+                call.state = f"{STATE_PREFIX}{secrets.token_urlsafe(24)}"  # a fresh state for every round
+                outcome = call.outcome()
+                if outcome is not None:
+                    break
                 await call.changed.wait()
-            finished = not isinstance(outcome, types.InputRequiredResult)
+            if isinstance(outcome, types.InputRequiredResult):
+                self._calls[call.state] = call
+            else:
+                finished = True
             return outcome
         except anyio.get_cancelled_exc_class():
-            call.scope.cancel()  # the client abandoned the call
+            call.scope.cancel()  # the client abandoned the request
             raise
         except Exception:
-            finished = True  # the call failed (an unknown tool): that is its outcome
+            finished = True  # the request failed (an unknown tool): that is its outcome
             raise
         finally:
             call.waiting -= 1
             call.poke()
-            if finished:  # its outcome is delivered: let the call's task end
+            if finished:  # its outcome is delivered: let the request's task end
                 call.idle.set()
-                self._calls.pop(call.state, None)

@@ -137,14 +137,20 @@ def _security(host: str, port: int, allowed_hosts: Sequence[str] | None = None) 
 
 
 def build_http_app(
-    server: OmegaServer, *, host: str, port: int, tokens: HubTokens, allowed_hosts: Sequence[str] | None = None
+    server: OmegaServer,
+    *,
+    host: str,
+    port: int,
+    tokens: HubTokens,
+    allowed_hosts: Sequence[str] | None = None,
+    max_request_body_bytes: int = MAX_REQUEST_BODY_BYTES,
 ) -> Starlette:
-    """The ASGI app serving `/mcp`; every request must carry one of `tokens`."""
+    """The ASGI app serving `/mcp`; every request must carry one of `tokens`; bodies up to `max_request_body_bytes`."""
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         host=host,
         transport_security=_security(host, port, allowed_hosts),
-        max_request_body_size=MAX_REQUEST_BODY_BYTES,
+        max_request_body_size=max_request_body_bytes,
     )
     app.add_middleware(BearerTokenMiddleware, tokens=tokens)
     in_flight = _InFlight()
@@ -260,10 +266,12 @@ async def serve_http(
     sockets: list[socket.socket] | None = None,
     clients: Sequence[tuple[str, str]] = (),
     allowed_hosts: Sequence[str] | None = None,
+    max_message_bytes: int = MAX_REQUEST_BODY_BYTES,
 ) -> None:
     """Serve on `sockets` (from `bind_http`; bound here when None) until cancelled, then shut down gracefully (bounded).
 
-    `clients` are the `[hub.clients]` (name, token) pairs accepted besides the hub's own token.
+    `clients` are the `[hub.clients]` (name, token) pairs accepted besides the hub's own token;
+    `max_message_bytes` (`[hub] max_message_mb`) bounds a request's body.
 
     Raises:
         ConfigError: the token cannot be loaded or created, two clients share one, or the port cannot be bound.
@@ -272,7 +280,14 @@ async def serve_http(
     tokens = HubTokens(load_or_create_token(token_file), clients)
     if sockets is None:
         sockets = bind_http(host, port)
-    app = build_http_app(server, host=host, port=port, tokens=tokens, allowed_hosts=allowed_hosts)
+    app = build_http_app(
+        server,
+        host=host,
+        port=port,
+        tokens=tokens,
+        allowed_hosts=allowed_hosts,
+        max_request_body_bytes=max_message_bytes,
+    )
     guard = ConnectionGuard(tokens.authorized, waiting_cap(raise_open_files_limit()))
     config = uvicorn.Config(
         app,

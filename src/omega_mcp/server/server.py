@@ -14,10 +14,11 @@ Background shells belong to the connection that started them (`_shell_owner`): a
 or timed out). That is the SDK's per-connection hook: the lifespan is per server on the HTTP hub.
 A stateless 2026-era HTTP request has no session, so it may not start background shells; a
 2026-era stdio stream has one client for omega's life, so its shells are the process's.
-Downstream servers' own requests (sampling, elicitation, roots) go to the client whose call caused
-them: each call runs with its `CALLER` (`proxy/client_requests.py` routes, `clients.py` sends);
-clients register once initialized, and their `notifications/roots/list_changed` is passed on. A
-2026-era client is asked through input-required round trips (`bridge.py`).
+Downstream servers' own requests (sampling, elicitation, roots) and log messages go to the client
+whose request caused them: each `tools/call`, `prompts/get` and `resources/read` runs with its
+`CALLER` (`as_caller`; `proxy/client_requests.py` routes, `clients.py` sends); clients register once
+initialized, and their `notifications/roots/list_changed` is passed on. A 2026-era client gets
+input-required rounds (`bridge.py`). Prompts, resources and subscriptions: `exports.py`.
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
+from omega_mcp.results import from_wire, to_wire
 from omega_mcp.server.approver import elicitation_approver
-from omega_mcp.server.bridge import Bridge, Unreachable, asks_nothing
-from omega_mcp.server.clients import SessionCaller, client_name
+from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours
+from omega_mcp.server.clients import SessionCaller
+from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
+from omega_mcp.server.pages import page
+from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
 
@@ -77,9 +82,15 @@ def _bridge_of(lifespan_context: object) -> Bridge | None:
     return bridge if isinstance(bridge, Bridge) else None
 
 
-async def _as(
-    caller: Caller, run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]], progress: ProgressFnT
-) -> types.CallToolResult:
+def _call_result(raw: Raw | types.InputRequiredResult, name: str) -> types.CallToolResult | types.InputRequiredResult:
+    if isinstance(raw, types.InputRequiredResult):
+        return raw
+    if raw.get("resultType") == "input_required":  # a 2026-era server's own round, for a 2026-era client
+        return types.InputRequiredResult.model_validate(raw, by_name=False)
+    return from_wire(raw, invalid=f"tool {name} returned an invalid result")
+
+
+async def _as(caller: Caller, run: Callable[[ProgressFnT], Awaitable[Raw]], progress: ProgressFnT) -> Raw:
     """`run(progress)` with `caller` as the `CALLER` its downstream requests go to."""
     token = CALLER.set(caller)
     try:
@@ -92,24 +103,23 @@ class OmegaServer(Server[Any]):
     """The SDK server plus the live sessions to tell when a list changes."""
 
     def __init__(
-        self, toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+        self,
+        toolbox: Toolbox,
+        *,
+        catalog: Downstreams | None = None,
+        instructions: str | None = None,
+        tool_search: SessionTools | None = None,
     ) -> None:
         self.toolbox = toolbox
         self.catalog = catalog
+        self.tool_search = tool_search
+        """Search mode (`[hub] tool_search`), or None when it is off."""
         # Connections (not sessions: a ServerSession lives for one request) that listed or called.
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self._bus)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"on_subscriptions_listen": ListenHandler(self._bus)}
         if catalog is not None:
-            extra = {
-                "on_list_prompts": self._on_list_prompts,
-                "on_get_prompt": self._on_get_prompt,
-                "on_list_resources": self._on_list_resources,
-                "on_list_resource_templates": self._on_list_resource_templates,
-                "on_read_resource": self._on_read_resource,
-                "on_completion": self._on_completion,
-            }
+            extra = CatalogHandlers(catalog, self.as_caller, self._bus, self._remember).handlers()
         super().__init__(
             SERVER_NAME,
             version=__version__,
@@ -117,7 +127,6 @@ class OmegaServer(Server[Any]):
             instructions=instructions,
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
-            on_subscriptions_listen=self._listen,
             lifespan=self._lifespan,
             **extra,
         )
@@ -155,45 +164,105 @@ class OmegaServer(Server[Any]):
 
     async def _on_list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         self._remember(ctx.session)
-        return types.ListToolsResult(tools=await self.toolbox.list_tools())
+        if self.tool_search is not None:
+            listed = await self.tool_search.list_tools(self.tool_search.owner(ctx.session, ctx.request))
+        else:
+            listed = await self.toolbox.list_tools()
+        tools, cursor = page(listed, params, "tools")
+        return types.ListToolsResult(tools=tools, next_cursor=cursor)
+
+    # -- search mode (server/tool_search.py) ------------------------------------------------
+
+    async def _searched_call(
+        self, session: ServerSession, http_request: object, name: str, arguments: Mapping[str, Any] | None
+    ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
+        """In search mode: `search_tools` answered here, `call_tool` unwrapped (`SessionTools.intercept`)."""
+        if self.tool_search is None:
+            return None, name, arguments
+        owner = self.tool_search.owner(session, http_request)
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for)
+
+    async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
+        """A tool was called by name: in search mode it joins the session's list."""
+        if self.tool_search is not None:
+            await self.tool_search.called(self.tool_search.owner(session, http_request), name, self._tools_changed_for)
+
+    async def _tools_changed_for(self, owner: object) -> None:
+        """Tell one session its tool list changed (bounded; a gone client is no failure)."""
+        if isinstance(owner, Connection):
+            with anyio.move_on_after(_NOTIFY_SECONDS):
+                try:
+                    await owner.send_tool_list_changed()
+                except Exception as exc:  # boundary: a gone client must not fail its own call
+                    logger.debug("tools/list_changed not delivered: %s", exc)
+        elif owner is None:  # a 2026-era stdio client listens through subscriptions/listen
+            await self._bus.publish(ToolsListChanged())
+
+    def relay_accepts(self, name: str) -> bool:
+        """Whether the stdio relay may take a call of `name` (in search mode: once it was listed)."""
+        return self.tool_search is None or self.tool_search.relay_accepts(name)
 
     async def _on_call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx.session)
         session: ServerSession = ctx.session
+        answered, name, arguments = await self._searched_call(session, ctx.request, params.name, params.arguments)
+        if answered is not None:
+            return answered
         approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
-
-        async def run(progress: ProgressFnT) -> types.CallToolResult:
-            # report_progress is a no-op unless the client asked for progress (in either era).
-            return await self.toolbox.call_tool(
-                params.name, params.arguments, progress=progress, meta=ctx.meta, approve=approve, owner=owner
+        extra = (
+            {}
+            if ours(params.request_state)
+            else params.model_dump(
+                by_alias=True, mode="json", exclude_none=True, include={"input_responses", "request_state"}
             )
+        )
+
+        async def run(progress: ProgressFnT) -> Raw:
+            # report_progress is a no-op unless the client asked for progress (in either era).
+            result = await self.toolbox.call_tool_wire(
+                name,
+                arguments,
+                progress=progress,
+                meta=ctx.meta,
+                approve=approve,
+                owner=owner,
+                extra=extra or None,
+            )
+            await self._called(session, ctx.request, name)
+            return result
 
         try:
-            if session.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                return await self._modern_call(ctx, params, run)
-            return await _as(SessionCaller(session, ctx.request_id), run, session.report_progress)
+            raw = await self.as_caller(ctx, params.request_state, params.input_responses, run)
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
             raise MCPError(code=exc.code, message=exc.rpc_message, data=exc.data) from None
+        return _call_result(raw, name)
 
-    async def _modern_call(
+    async def as_caller(
         self,
         ctx: Any,
-        params: types.CallToolRequestParams,
-        run: Callable[[ProgressFnT], Awaitable[types.CallToolResult]],
-    ) -> types.CallToolResult | types.InputRequiredResult:
-        """A 2026-era call: through the bridge when its client can be asked anything (or it is the next
-        round of a bridged call), else with an `Unreachable` caller (the downstream's requests are declined)."""
+        request_state: str | None,
+        input_responses: types.InputResponses | None,
+        run: Callable[[ProgressFnT], Awaitable[Raw]],
+    ) -> Raw | types.InputRequiredResult:
+        """`run` a client's request as that client: what a downstream asks or logs meanwhile goes to it.
+
+        A handshake-era client is asked directly; a 2026-era one through the bridge's rounds when it
+        can be asked anything (or it is the next round of one), else with an `Unreachable` caller.
+        """
         session: ServerSession = ctx.session
-        caps, name, bridge = session.client_capabilities, client_name(session), _bridge_of(ctx.lifespan_context)
-        if bridge is None or (params.request_state is None and asks_nothing(caps)):
-            return await _as(Unreachable(caps, name), run, session.report_progress)
+        if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            caller = SessionCaller(session, ctx.request_id, self.logs.level_of)
+            return await _as(caller, run, session.report_progress)
+        bridge = _bridge_of(ctx.lifespan_context)
+        if bridge is None or (not ours(request_state) and asks_nothing(session.client_capabilities)):
+            return await _as(Unreachable(session, ctx.meta), run, session.report_progress)
         client = bridge if ctx.request is None else None  # no HTTP request: the stream's one client
         report = session.report_progress
-        return await bridge.call_tool(params, run, capabilities=caps, name=name, report=report, client=client)
+        return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """`tools/call` on an initialized handshake-era connection, without model round trips."""
@@ -215,13 +284,20 @@ class OmegaServer(Server[Any]):
             return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
         self._remember(ctx.session)
         progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
-        token = CALLER.set(SessionCaller(ctx.session, ctx.request_id))
+        token = CALLER.set(SessionCaller(ctx.session, ctx.request_id, self.logs.level_of))
         try:
+            if self.tool_search is not None:
+                answered, name, arguments = await self._searched_call(ctx.session, None, name, arguments)
+                if answered is not None:
+                    return to_wire(answered)
             approve = elicitation_approver(ctx.session, ctx.request_id)
             owner = self._shell_owner(ctx.session)
-            return await self.toolbox.call_tool_wire(
+            result = await self.toolbox.call_tool_wire(
                 name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
             )
+            if self.tool_search is not None:
+                await self._called(ctx.session, None, name)
+            return result
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
@@ -229,50 +305,11 @@ class OmegaServer(Server[Any]):
         finally:
             CALLER.reset(token)
 
-    # -- prompts and resources (downstream only) ---------------------------------------------
-
-    def _require_catalog(self) -> Downstreams:
-        if self.catalog is None:
-            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found")
-        return self.catalog
-
-    async def _on_list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        self._remember(ctx.session)
-        catalog = self._require_catalog()
-        await catalog.wait_ready()
-        return types.ListPromptsResult(prompts=catalog.exports.prompts())
-
-    async def _on_get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        catalog = self._require_catalog()
-        await catalog.wait_ready()  # its server may still be starting
-        return await catalog.exports.get_prompt(params.name, params.arguments)
-
-    async def _on_list_resources(
-        self, ctx: Any, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        self._remember(ctx.session)
-        catalog = self._require_catalog()
-        await catalog.wait_ready()
-        return types.ListResourcesResult(resources=catalog.exports.resources())
-
-    async def _on_list_resource_templates(
-        self, ctx: Any, params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        catalog = self._require_catalog()
-        await catalog.wait_ready()
-        return types.ListResourceTemplatesResult(resource_templates=catalog.exports.resource_templates())
-
-    async def _on_read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        catalog = self._require_catalog()
-        await catalog.wait_ready()  # its server may still be starting
-        return await catalog.exports.read_resource(params.uri)
-
-    async def _on_completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
-        catalog = self._require_catalog()
-        await catalog.wait_ready()
-        return await catalog.exports.complete(params)
-
     # -- logging -----------------------------------------------------------------------------
+
+    def client_log_level(self) -> str | None:
+        """The log level asked for by a (the, over stdio) handshake-era client, if any."""
+        return next((level for c in list(self._connections) if (level := self.logs.level_of(c)) is not None), None)
 
     async def _on_set_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
         self._remember(ctx.session)
@@ -287,7 +324,7 @@ class OmegaServer(Server[Any]):
         if self.catalog is None or session.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         requests, connection = self.catalog.client_requests, connection_of(session)
-        await requests.add_client(SessionCaller(session, None))
+        await requests.add_client(SessionCaller(session, None, self.logs.level_of))
         connection.exit_stack.push_async_callback(requests.remove_client, connection)
 
     async def _on_roots_list_changed(self, ctx: Any, params: types.NotificationParams) -> None:
@@ -374,11 +411,21 @@ class OmegaServer(Server[Any]):
 
 
 def build_server(
-    toolbox: Toolbox, *, catalog: Downstreams | None = None, instructions: str | None = None
+    toolbox: Toolbox,
+    *,
+    catalog: Downstreams | None = None,
+    instructions: str | None = None,
+    tool_search: SessionTools | None = None,
 ) -> OmegaServer:
     """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
     Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
-    empty: a hub always answers prompts/list, resources/list and completion.
+    empty: a hub always answers prompts/list, resources/list and completion. `tool_search` (a
+    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it.
     """
-    return OmegaServer(toolbox, catalog=catalog if catalog is not None else Downstreams([]), instructions=instructions)
+    return OmegaServer(
+        toolbox,
+        catalog=catalog if catalog is not None else Downstreams([]),
+        instructions=instructions,
+        tool_search=tool_search,
+    )

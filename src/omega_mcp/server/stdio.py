@@ -11,27 +11,34 @@ the wire moves to private descriptors while serving: fd 0 reads /dev/null and fd
 stderr, so a stray `print` or a child process cannot corrupt the protocol; both are restored on
 exit. Regular files work too (they never block, so they are never polled). Only for anything else
 is the SDK's transport used: its reader thread cannot be cancelled, so omega could not stop on a
-signal while such a stdin stays open.
+signal while such a stdin stays open. A client's message longer than `[hub] max_message_mb` is
+dropped as it is read; a request gets an error answer, as if it had been refused (`_too_long`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
+import logging
 import os
 import stat
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
 import anyio
+from mcp import types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import ReadStream, Streams, WriteStream
-from omega_mcp.fastpath.pipes import PipeReader, PipeWriter
 from omega_mcp.fastpath.relay import Relay
+from omega_mcp.oversize import Oversize, limit_text
+from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.server.server import OmegaServer
 
 __all__ = ["run_stdio", "serve_streams", "stdio_streams"]
+
+logger = logging.getLogger(__name__)
 
 
 def _usable(fd: int) -> bool:
@@ -79,15 +86,37 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
         os.close(wire_out)
 
 
+def _too_long(reader: PipeReader, writer: PipeWriter, limit: int) -> None:
+    """Bound what one client message may take: a longer request is answered with an error, the rest dropped."""
+
+    async def oversized(oversize: Oversize) -> None:
+        request_id = oversize.request_id
+        text = f"the message is longer than {limit_text(limit)} ({oversize.size} bytes); omega dropped it"
+        logger.warning("client: %s", text)
+        if request_id is not None and oversize.has_method:
+            answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": types.INVALID_REQUEST, "message": text}}
+            await writer.send_raw(json.dumps(answer).encode() + b"\n")
+
+    reader.max_message_bytes = limit
+    reader.oversize = oversized
+
+
 async def serve_streams(
     server: OmegaServer,
     read_stream: ReadStream[SessionMessage | Exception],
     write_stream: WriteStream[SessionMessage],
     *,
     relay: bool = True,
+    max_message_bytes: int | None = None,
 ) -> None:
     """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams)."""
     async with anyio.create_task_group() as task_group:
+        if (
+            max_message_bytes is not None
+            and isinstance(read_stream, PipeReader)
+            and isinstance(write_stream, PipeWriter)
+        ):
+            _too_long(read_stream, write_stream, max_message_bytes)
         catalog = server.catalog
         if (
             relay
@@ -95,13 +124,21 @@ async def serve_streams(
             and isinstance(read_stream, PipeReader)
             and isinstance(write_stream, PipeWriter)
         ):
-            relay_calls = Relay(server.toolbox, catalog, write_stream, task_group, server_info=server.server_info_stamp)
+            relay_calls = Relay(
+                server.toolbox,
+                catalog,
+                write_stream,
+                task_group,
+                server_info=server.server_info_stamp,
+                accept=server.relay_accepts,
+                log_level=server.client_log_level,
+            )
             read_stream.intercept = relay_calls.from_client
         await server.run(read_stream, write_stream, server.initialization_options())
         task_group.cancel_scope.cancel()
 
 
-async def run_stdio(server: OmegaServer) -> None:
-    """Serve one client over stdin/stdout until it disconnects."""
+async def run_stdio(server: OmegaServer, *, max_message_bytes: int | None = None) -> None:
+    """Serve one client over stdin/stdout until it disconnects (`[hub] max_message_mb` bounds its messages)."""
     async with stdio_streams() as (read_stream, write_stream):
-        await serve_streams(server, read_stream, write_stream)
+        await serve_streams(server, read_stream, write_stream, max_message_bytes=max_message_bytes)

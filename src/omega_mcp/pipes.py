@@ -6,8 +6,10 @@ event-loop round trips per message: most of what a proxy hop costs. These two cl
 the SDK's `ReadStream` / `WriteStream` protocols directly on the descriptor: `receive()` reads
 and parses in the caller's task, `send()` writes in the caller's task and only waits when the
 pipe is full (later senders queue behind, in order, with a bounded backlog). One reader at a time.
-A reader bounds what one message may take (`max_message_bytes`): a longer line ends the stream,
-with `overflow` saying so, instead of growing the buffer without end. A reader may carry an
+A reader bounds what one message may take (`max_message_bytes`): a longer line is never held. With
+an `oversize` hook the reader drops it as it reads (keeping its head and tail, `oversize.py`) and
+the hook says what stands in for it (an error answer for that request only); without one, the
+line ends the stream, with `overflow` saying so. A reader may carry an
 `intercept` hook that sees each message as plain JSON first and can take it
 (the tools/call relay in relay.py); a writer can also send already-encoded messages (`send_raw`).
 """
@@ -29,6 +31,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from omega_mcp.narrow import object_or_none
+from omega_mcp.oversize import HEAD, TAIL, Oversize, limit_text
 
 __all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
 
@@ -40,6 +43,8 @@ _FAIRNESS = 32  # messages delivered from the buffer before yielding to other ta
 
 Intercept = Callable[[dict[str, Any]], Awaitable[bool]]
 """Sees each decoded message before the SDK does; returns True when it took the message."""
+OversizeHook = Callable[[Oversize], Awaitable[dict[str, Any] | None]]
+"""Told of each line over the bound (after it was dropped); returns a message to deliver instead, or None."""
 
 
 class MessageReadStream:
@@ -80,8 +85,11 @@ class PipeReader(MessageReadStream):
         self.max_message_bytes = max_message_bytes
         self.overflow: str | None = None
         """Set when a message longer than `max_message_bytes` ended the stream: why, in words."""
-        self._lines: deque[bytes] = deque()
+        self._lines: deque[bytes | Oversize] = deque()
         self._partial = bytearray()
+        self._skipping: Oversize | None = None
+        """The line over the bound being dropped as it arrives (its head and tail are kept)."""
+        self.oversize: OversizeHook | None = None
         self._eof = False
         self._aborted = False
         self._closed = False
@@ -131,7 +139,8 @@ class PipeReader(MessageReadStream):
                 if self._streak >= _FAIRNESS:  # a peer that never pauses must not starve the loop
                     self._streak = 0
                     await anyio.lowlevel.checkpoint()
-                message = await self._next(self._lines.popleft())
+                line = self._lines.popleft()
+                message = await self._next(line) if isinstance(line, bytes) else await self._instead(line)
                 if message is not None:
                     return message
                 continue
@@ -154,9 +163,16 @@ class PipeReader(MessageReadStream):
                 chunk = b""
             if not chunk:
                 self._eof = True
-                if self._partial.strip():
+                if self._skipping is not None:
+                    self._lines.append(self._skipping)
+                    self._skipping = None
+                elif self._partial.strip():
                     self._lines.append(bytes(self._partial))
                 continue
+            if self._skipping is not None:
+                chunk = self._skip(chunk)
+                if not chunk:
+                    continue
             self._partial += chunk
             if b"\n" in chunk:
                 *lines, rest = self._partial.split(b"\n")
@@ -164,26 +180,69 @@ class PipeReader(MessageReadStream):
                 self._lines.extend(bytes(line) for line in lines if line.strip())
             self._bound()
 
-    def _bound(self) -> None:
-        """End the stream at a message over the bound: the buffer never holds more than it and one read.
+    async def _instead(self, oversize: Oversize) -> SessionMessage | Exception | None:
+        """What the hook delivers in place of a line over the bound (None: nothing)."""
+        assert self.oversize is not None
+        try:
+            replacement = await self.oversize(oversize)
+        except Exception:  # boundary: a hook bug must not end the connection
+            logger.exception("%s oversize hook failed", self.label)
+            return None
+        return await self._next(json.dumps(replacement).encode()) if replacement is not None else None
 
-        Messages before the long one are still delivered; nothing after it is read.
+    def _skip(self, chunk: bytes) -> bytes:
+        """Drop `chunk` up to the end of the line over the bound (keeping its tail); returns what follows it."""
+        skipping = self._skipping
+        assert skipping is not None
+        end = chunk.find(b"\n")
+        part = chunk if end < 0 else chunk[:end]
+        skipping.size += len(part)
+        skipping.tail = (skipping.tail + part)[-TAIL:]
+        if end < 0:
+            return b""
+        self._lines.append(skipping)
+        self._skipping = None
+        return chunk[end + 1 :]
+
+    def _bound(self) -> None:
+        """Never hold a message over the bound: the buffer holds at most it and one read.
+
+        With an `oversize` hook a long line is dropped as it arrives and the reading goes on;
+        without one, messages before the long one are still delivered and nothing after it is read.
         """
         limit = self.max_message_bytes
         if limit is None:
             return
+        if self.oversize is not None:
+            for index, line in enumerate(self._lines):
+                if isinstance(line, bytes) and len(line) > limit:
+                    self._lines[index] = Oversize(line[:HEAD], line[-TAIL:], len(line))
+            if len(self._partial) > limit:
+                partial = self._partial
+                self._skipping = Oversize(bytes(partial[:HEAD]), bytes(partial[-TAIL:]), len(partial))
+                self._partial = bytearray()
+            return
         for index, line in enumerate(self._lines):  # only this read's lines: receive() reads when none are left
-            if len(line) > limit:
+            if isinstance(line, bytes) and len(line) > limit:
                 while len(self._lines) > index:
                     self._lines.pop()
                 break
         else:
             if len(self._partial) <= limit:
                 return
-        self.overflow = f"a message exceeded max_message_mb ({limit / (1 << 20):g} MiB)"
-        logger.warning("%s %s; closing the connection", self.label, self.overflow)
+        self._end(f"a message exceeded {limit_text(limit)}")
+
+    def _end(self, overflow: str) -> None:
+        self.overflow = overflow
+        logger.warning("%s %s; closing the connection", self.label, overflow)
         self._partial = bytearray()
+        self._skipping = None
         self._eof = True
+
+    def stop(self, overflow: str) -> None:
+        """End the stream now, for `overflow` (what was read and not yet delivered is dropped)."""
+        self._lines.clear()
+        self._end(overflow)
 
     async def aclose(self) -> None:
         self._closed = True

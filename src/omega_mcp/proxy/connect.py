@@ -1,0 +1,253 @@
+"""Opening one connection (a `Link`) to a downstream: its transport, its SDK session, its era.
+
+The transport is what the spec names: a stdio process (`StdioTransport`; its first start may be
+one `EarlyStarts` made, which was sent the era probe and the handshake before the SDK loaded, so
+their answers are read here first), a URL (streamable HTTP, then the older SSE transport, which
+speaks only the handshake era; SSE first for URLs ending in `/sse`), or a transport factory
+(tests). On it runs an SDK `ClientSession` over a `JSONRPCDispatcher`, asked its era by
+`eras.negotiate` and wrapped as a `HandshakeChannel` or a `ModernChannel`. Everything is entered on
+the caller's exit stack. Over HTTP an answer is bounded by `max_message_mb` (`bounds.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import types
+from mcp.client.session import ClientSession, MessageHandlerFnT
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
+
+from omega_mcp._sdk import Streams
+from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp.proxy.bounds import bound_json
+from omega_mcp.proxy.client_requests import ServerRequests
+from omega_mcp.proxy.eras import Era, EraChoice, HandshakeChannel, negotiate, settle_early
+from omega_mcp.proxy.modern import ModernChannel
+from omega_mcp.proxy.oauth import auth_failure, http_auth
+from omega_mcp.proxy.spawn import EARLY_IDS, EarlyStarts
+from omega_mcp.proxy.spec import DownstreamSpec
+from omega_mcp.proxy.stdio import StdioTransport
+from omega_mcp.proxy.streams import EofWatch
+from omega_mcp.version import __version__
+
+__all__ = ["CLIENT_INFO", "Link", "open_link"]
+
+logger = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
+OnMessage = MessageHandlerFnT
+
+
+@dataclass(slots=True)
+class Link:
+    """One open connection to a downstream, in one era."""
+
+    era: Era
+    session: ClientSession
+    channel: HandshakeChannel | ModernChannel
+    handshake_too: bool
+    """Whether a second, handshake-era link may be tried for handshake-era clients (a 2026-era server
+    does not say whether it also speaks the handshake era: SDK servers list only their 2026 versions)."""
+    stdio: StdioTransport | None = None
+    pipes: tuple[PipeReader, PipeWriter] | None = None
+
+    @property
+    def capabilities(self) -> types.ServerCapabilities:
+        return self.channel.capabilities
+
+    @property
+    def server_info(self) -> types.Implementation | None:
+        return self.channel.server_info
+
+
+async def _early_answers(read: PipeReader, asked: tuple[str, ...]) -> dict[str, Mapping[str, Any] | MCPError]:
+    """The answers to the probe and handshake `EarlyStarts.start` wrote: until one succeeded or all came back."""
+    answers: dict[str, Mapping[str, Any] | MCPError] = {}
+    keys = {EARLY_IDS[key]: key for key in asked}
+    while len(answers) < len(asked):
+        try:
+            item = await read.receive()
+        except anyio.EndOfStream:
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed") from None
+        if not isinstance(item, SessionMessage):
+            continue
+        message = item.message
+        if isinstance(message, types.JSONRPCResponse) and message.id in keys:
+            answers[keys[message.id]] = message.result
+            break
+        if isinstance(message, types.JSONRPCError) and message.id in keys:
+            answers[keys[message.id]] = MCPError.from_error_data(message.error)
+        # Anything else before the answers (a log line as a notification) has no session to go to yet.
+    return answers
+
+
+async def _open(
+    stack: AsyncExitStack,
+    spec: DownstreamSpec,
+    transport: AbstractAsyncContextManager[Streams],
+    *,
+    choice: EraChoice,
+    http: bool,
+    requests: ServerRequests | None,
+    on_message: OnMessage,
+    on_eof: Callable[[], None],
+    stdio: StdioTransport | None = None,
+) -> Link:
+    read, write = await stack.enter_async_context(transport)
+    pipes = (read, write) if isinstance(read, PipeReader) and isinstance(write, PipeWriter) else None
+    early: dict[str, Mapping[str, Any] | MCPError] | None = None
+    if pipes is not None and stdio is not None and stdio.early_asked:
+        with anyio.fail_after(spec.timeout_seconds):  # the handshake is a request: `timeout` bounds it
+            early = await _early_answers(pipes[0], stdio.early_asked)
+    dispatcher = JSONRPCDispatcher[Any](EofWatch(read, on_eof), write)
+    options = requests.session_options() if requests is not None else {}
+    session = ClientSession(dispatcher=dispatcher, client_info=CLIENT_INFO, message_handler=on_message, **options)
+    await stack.enter_async_context(session)
+    with anyio.fail_after(spec.timeout_seconds):
+        if early is not None:
+            era = await settle_early(session, early)
+        else:
+            era = await negotiate(session, dispatcher, choice, http=http)
+    if era == "modern":
+        channel: HandshakeChannel | ModernChannel = ModernChannel(session, dispatcher, spec.server_name)
+        handshake_too = spec.era == "auto"
+    else:
+        result = session.initialize_result
+        assert result is not None
+        channel, handshake_too = HandshakeChannel(session, dispatcher, result), True
+    return Link(era, session, channel, handshake_too, stdio, pipes)
+
+
+async def _open_url(
+    stack: AsyncExitStack,
+    spec: DownstreamSpec,
+    url: str,
+    *,
+    choice: EraChoice,
+    requests: ServerRequests | None,
+    on_message: OnMessage,
+    on_eof: Callable[[], None],
+) -> Link:
+    """Streamable HTTP first, then the older SSE transport (first for URLs ending in `/sse`).
+
+    With `auth = "oauth"` both go through the OAuth client (proxy/oauth.py); an OAuth failure
+    (`needs login: ...`) ends the attempt at once: the other transport would fail the same way.
+    """
+    headers = dict(spec.headers)
+    auth = http_auth(spec.oauth) if spec.oauth is not None else None
+    limit = spec.max_message_bytes
+    refused: list[str] = []
+
+    async def note_refusal(response: httpx2.Response) -> None:
+        if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
+            refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
+        bound_json(response, limit)
+
+    def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+        # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
+        client = httpx2.AsyncClient(
+            headers=headers,
+            auth=auth,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            event_hooks={"response": [note_refusal]},
+        )
+        stack.push_async_callback(client.aclose)
+        return streamable_http_client(url, http_client=client, max_sse_event_size=limit)
+
+    def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+        return sse_client(url, headers=headers, auth=auth)
+
+    attempts = [sse, streamable] if url.rstrip("/").endswith("/sse") else [streamable, sse]
+    if choice == "modern":
+        attempts = [streamable]  # SSE carries only the handshake era
+    first_error: Exception | None = None
+    for make in attempts:
+        try:
+            async with AsyncExitStack() as attempt:
+                era_choice: EraChoice = choice if make is streamable else "handshake"
+                link = await _open(
+                    attempt,
+                    spec,
+                    make(attempt),
+                    choice=era_choice,
+                    http=True,
+                    requests=requests,
+                    on_message=on_message,
+                    on_eof=on_eof,
+                )
+                stack.push_async_exit(attempt.pop_all())
+                return link
+        except Exception as exc:  # the other transport may still work; report the first failure
+            logger.debug("[%s] %s transport failed: %r", spec.server_name, make.__name__, exc)
+            if (oauth_failure := auth_failure(exc)) is not None:
+                raise oauth_failure from None
+            first_error = first_error or exc
+    assert first_error is not None
+    if refused:
+        raise MCPError(types.INTERNAL_ERROR, refused[0]) from first_error
+    raise first_error
+
+
+async def open_link(
+    stack: AsyncExitStack,
+    spec: DownstreamSpec,
+    *,
+    choice: EraChoice,
+    requests: ServerRequests | None,
+    on_message: OnMessage,
+    on_eof: Callable[[], None],
+    early: EarlyStarts | None = None,
+    stdio_ready: Callable[[StdioTransport], None] | None = None,
+) -> Link:
+    """Open and negotiate one connection to `spec`'s server on `stack`.
+
+    `stdio_ready` learns a stdio server's transport before its handshake (so a failure can say how
+    the process ended).
+
+    Raises:
+        OSError: a stdio command cannot be started.
+        MCPError: the server refused or failed the handshake (or the connection closed during it).
+        Exception: whatever the HTTP transport raises for an unreachable URL.
+    """
+    target = spec.target
+    if isinstance(target, str):
+        return await _open_url(
+            stack, spec, target, choice=choice, requests=requests, on_message=on_message, on_eof=on_eof
+        )
+    stdio: StdioTransport | None = None
+    if isinstance(target, StdioServerParameters):
+        stdio = StdioTransport(
+            target,
+            server_name=spec.server_name,
+            early=early,
+            confinement=spec.confinement,
+            guard=spec.guard,
+            max_message_bytes=spec.max_message_bytes,
+        )
+        if stdio_ready is not None:
+            stdio_ready(stdio)
+        transport: AbstractAsyncContextManager[Streams] = stdio
+    else:
+        transport = target()
+    return await _open(
+        stack,
+        spec,
+        transport,
+        choice=choice,
+        http=False,
+        requests=requests,
+        on_message=on_message,
+        on_eof=on_eof,
+        stdio=stdio,
+    )

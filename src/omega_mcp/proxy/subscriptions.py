@@ -1,0 +1,144 @@
+"""Resource subscriptions through the hub: who wants updates of which resource, and the server's side.
+
+A client subscribes (`resources/subscribe` in the handshake era, a `subscriptions/listen` filter in
+the 2026 era) to a URI of the namespace; the server that owns it (the one `resources/read` would
+go to) is asked once for all of omega's clients: `resources/subscribe` on its first subscriber and
+`resources/unsubscribe` after its last (handshake era), or its listen filter set to the URIs wanted
+(2026 era). A reconnected server is asked again for everything still wanted. A server that does
+not offer subscriptions refuses them the way it would refuse a direct client. `subscribers(uri)`
+says who gets a `resources/updated` for a URI.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from mcp import types
+from mcp.shared.exceptions import MCPError
+
+from omega_mcp.proxy.spec import DownstreamSpec
+
+__all__ = ["SubscriptionServer", "Subscriptions"]
+
+logger = logging.getLogger(__name__)
+
+
+class SubscriptionServer(Protocol):
+    """What subscriptions need of a connected server (`DownstreamSession` provides it)."""
+
+    @property
+    def era(self) -> str: ...
+
+    @property
+    def capabilities(self) -> types.ServerCapabilities: ...
+
+    @property
+    def spec(self) -> DownstreamSpec: ...
+
+    async def request(self, method: str, params: dict[str, str], *, timeout_seconds: float) -> dict[str, object]: ...
+
+    async def set_subscriptions(self, uris: list[str]) -> None: ...
+
+
+Owner = Callable[[str], tuple[str, SubscriptionServer] | None]
+"""The connected server owning a URI: `(server_name, session)`, or None (`Exports.owner_of`)."""
+
+
+class Subscriptions:
+    """Every client's resource subscriptions, and what each server was asked for."""
+
+    def __init__(self, owner: Owner) -> None:
+        self._owner = owner
+        self._wanted: dict[str, dict[str, set[object]]] = {}  # server_name -> uri -> clients
+
+    async def subscribe(self, client: object, uri: str) -> None:
+        """`client` wants `resources/updated` for `uri` from now on.
+
+        Raises:
+            MCPError: no connected server has the URI, or its server refused the subscription.
+        """
+        owner = self._owner(uri)
+        if owner is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+        server_name, session = owner
+        resources = session.capabilities.resources
+        if resources is None or not resources.subscribe:
+            raise MCPError(
+                code=types.METHOD_NOT_FOUND, message=f"server {server_name} does not offer resource subscriptions"
+            )
+        clients = self._wanted.setdefault(server_name, {}).setdefault(uri, set())
+        first = not clients
+        clients.add(client)
+        if not first:
+            return
+        try:
+            await self._ask(server_name, session, uri, subscribe=True)
+        except BaseException:
+            self._drop(server_name, uri, client)
+            raise
+
+    async def unsubscribe(self, client: object, uri: str) -> None:
+        """`client` no longer wants updates of `uri` (a URI it never subscribed to is fine)."""
+        for server_name, uris in list(self._wanted.items()):
+            if client in uris.get(uri, set()) and self._drop(server_name, uri, client):
+                await self._release(server_name, uri)
+
+    async def forget(self, client: object) -> None:
+        """A client went away: everything it subscribed to."""
+        for server_name, uris in list(self._wanted.items()):
+            for uri in [u for u, clients in uris.items() if client in clients]:
+                if self._drop(server_name, uri, client):
+                    await self._release(server_name, uri)
+
+    def subscribers(self, server_name: str, uri: str) -> set[object]:
+        """Who wants an update of `uri` from `server_name`."""
+        return set(self._wanted.get(server_name, {}).get(uri, set()))
+
+    async def reconnected(self, server_name: str, session: SubscriptionServer) -> None:
+        """A server (re)connected: ask it again for every URI still wanted (best effort)."""
+        timeout_seconds = session.spec.timeout_seconds
+        uris = list(self._wanted.get(server_name, {}))
+        if session.era != "handshake":
+            await session.set_subscriptions(uris)
+            return
+        for uri in uris:
+            try:
+                await session.request("resources/subscribe", {"uri": uri}, timeout_seconds=timeout_seconds)
+            except MCPError as exc:
+                logger.warning("server %s: subscribing to %s again failed: %s", server_name, uri, exc.message)
+
+    # -- the server's side -------------------------------------------------------------------
+
+    def _drop(self, server_name: str, uri: str, client: object) -> bool:
+        """Remove one subscriber; True when it was the last one of `uri`."""
+        uris = self._wanted.get(server_name, {})
+        clients = uris.get(uri)
+        if clients is None:
+            return False
+        clients.discard(client)
+        if clients:
+            return False
+        del uris[uri]
+        return True
+
+    async def _release(self, server_name: str, uri: str) -> None:
+        owner = self._owner(uri)
+        if owner is None or owner[0] != server_name:
+            return  # gone (or moved): it was asked by a connection that no longer exists
+        try:
+            await self._ask(server_name, owner[1], uri, subscribe=False)
+        except MCPError as exc:
+            logger.debug("server %s: unsubscribing from %s failed: %s", server_name, uri, exc.message)
+
+    async def _ask(self, server_name: str, session: SubscriptionServer, uri: str, *, subscribe: bool) -> None:
+        if session.era != "handshake":
+            await session.set_subscriptions(list(self._wanted.get(server_name, {})))
+            return
+        method = "resources/subscribe" if subscribe else "resources/unsubscribe"
+        await session.request(method, {"uri": uri}, timeout_seconds=session.spec.timeout_seconds)
+
+
+UpdateSink = Callable[[str, set[object]], Awaitable[None]]
+"""Delivers `notifications/resources/updated` for a URI to its subscribers (set by the MCP server)."""

@@ -1,0 +1,413 @@
+"""A BM25F index over tool documents, one segment per server, and its ranking.
+
+Every field a tool offers is indexed separately (name words, server key, title, the first sentence
+of the description, the rest of it, parameter names, parameter descriptions, annotation hints) and
+combined BM25F-style: each field's term frequency is length-normalized against that field's average
+and weighted, then saturated once per term. The per-(term, tool) impact does not depend on the
+query, so it is computed when a segment is built and a query only adds `idf * impact` per posting.
+The server/tool hierarchy counts twice: the server key is a field, and naming a server in a query
+multiplies its tools' scores. A tool whose name words are all in the query gets a bonus. Synonyms
+expand the query at a reduced weight. Each hit carries a confidence: the idf-weighted share of the
+query's own words that it matches (a word no tool has counts fully against it), which is how "no
+tool fits" is told from a weak fit.
+A segment per server keeps re-indexing cheap: when one server's tools change only its segment is
+rebuilt, and the others are re-weighted (not re-tokenized) only if the average field lengths drifted.
+Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocument`s.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import operator
+import re
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import compress
+
+from omega_mcp.search.text import expansions, split_identifier, stem, terms
+
+__all__ = ["FIELDS", "Hit", "SearchIndex", "ToolDocument", "Weights"]
+
+FIELDS = ("name", "server", "title", "summary", "description", "params", "param_docs", "hints")
+_NAME, _SERVER, _TITLE, _SUMMARY, _DESCRIPTION, _PARAMS, _PARAM_DOCS, _HINTS = range(len(FIELDS))
+_DRIFT = 0.10  # re-weight every segment when an average field length moved by more than this
+# Large catalogs only (never below _COMMON_FLOOR tools, so a catalog of a few hundred tools is ranked
+# exactly): a synonym held by more than _COMMON_SYNONYM of the tools is dropped, and a query word held
+# by more than _COMMON_WORD only re-ranks the best _SHORTLIST candidates of the rarer words.
+# A description's body and each parameter's description are indexed up to this many characters:
+# usage examples and guardrails further down say little about what a tool is for, and cost postings.
+_LONG_TEXT_CHARS = 1500
+_PARAM_TEXT_CHARS = 300
+_BITS = 8  # per-field counts packed in one 64-bit integer, each capped at _MASK
+_MASK = (1 << _BITS) - 1
+_STRONG_BITS = (1 << (_BITS * (_SUMMARY + 1))) - 1  # name, server, title, first sentence
+_COMMON_SYNONYM = 0.03
+_COMMON_WORD = 0.08
+_COMMON_FLOOR = 300
+_SHORTLIST = 200
+
+
+def _idf(n: int, df: int) -> float:
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDocument:
+    """What the index knows of one tool: `name` is the name a result shows (the exported one),
+    `server` the servers.toml key (None for a built-in), `tool_name` the tool's own name."""
+
+    name: str
+    server: str | None
+    tool_name: str
+    title: str = ""
+    description: str = ""
+    parameters: tuple[tuple[str, str], ...] = ()
+    """(name, description) of each top-level parameter."""
+    hints: tuple[str, ...] = ()
+    """Words standing for the tool's annotations (`read only`, `destructive`, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Field weights, length normalization and the ranking's other knobs (tuned on the dev queries)."""
+
+    fields: tuple[float, ...] = (3.0, 1.5, 2.0, 1.5, 0.3, 0.8, 0.6, 0.3)
+    b: tuple[float, ...] = (0.5, 0.0, 0.5, 0.6, 0.75, 0.5, 0.75, 0.0)
+    k1: float = 1.2
+    synonym: float = 0.35
+    """A synonym's weight relative to the query word it came from."""
+    server_boost: float = 0.6
+    """Tools of a server the query names score this much more (times)."""
+    name_bonus: float = 0.5
+    """A tool whose name words are all in the query scores this much more (times); partly for part."""
+    weak_match: float = 0.4
+    """How much a query word found only in the long fields (description body, parameters) counts
+    towards confidence, against 1 in the name, server, title or first sentence."""
+    unseen: float = 1.0
+    """How much a query word no tool has counts against confidence (times the highest idf)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One ranked tool: its document, score and confidence (0 … 1, see the module docstring)."""
+
+    document: ToolDocument
+    score: float
+    confidence: float
+
+
+_SENTENCE_END = re.compile(r"\n|[.!?](?=\s|$)")
+
+
+def _first_sentence(text: str) -> tuple[str, str]:
+    """The first sentence (or line) of at least 13 characters, and the rest."""
+    text = text.strip()
+    found = _SENTENCE_END.search(text, 12)
+    if found is None:
+        return text, ""
+    return text[: found.start() + 1], text[found.start() + 1 :]
+
+
+def _hint_words(document: ToolDocument) -> list[str]:
+    return [t for hint in document.hints for t in terms(hint)]
+
+
+def _document_fields(document: ToolDocument) -> list[list[str]]:
+    summary, rest = _first_sentence(document.description)
+    name_terms = [stem(word) for word in split_identifier(document.tool_name)]
+    return [
+        name_terms,
+        [stem(word) for word in split_identifier(document.server or "")],
+        terms(document.title),
+        terms(summary),
+        terms(rest[:_LONG_TEXT_CHARS]),
+        [t for name, _ in document.parameters for t in terms(name)],
+        [t for _, text in document.parameters for t in terms(text[:_PARAM_TEXT_CHARS])],
+        _hint_words(document),
+    ]
+
+
+@dataclass(slots=True)
+class _Segment:
+    """The tools of one server: raw per-field term counts, and impacts for the current averages."""
+
+    server: str | None
+    documents: list[ToolDocument]
+    lengths: list[tuple[int, ...]]
+    counts: dict[str, tuple[array[int], array[int]]]
+    """term → (local documents, ascending; their packed per-field counts: 8 bits a field, `_pack`)."""
+    name_sizes: list[int]
+    """How many distinct words each tool's name has."""
+    names: dict[str, array[int]]
+    """term → the local documents whose name has it."""
+    server_terms: frozenset[str]
+    length_sums: tuple[int, ...]
+    impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
+    """term → the impact of each of its documents (as in `counts`) for the current field averages."""
+    base: int = 0
+    """The global number of its first document (documents are numbered in segment order)."""
+
+
+def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
+    counts: dict[str, tuple[array[int], array[int]]] = {}
+    lengths: list[tuple[int, ...]] = []
+    name_sizes: list[int] = []
+    names: dict[str, array[int]] = {}
+    sums = [0] * len(FIELDS)
+    for local, document in enumerate(documents):
+        fields = _document_fields(document)
+        lengths.append(tuple(len(f) for f in fields))
+        packed: dict[str, int] = {}
+        get = packed.get
+        for index, words in enumerate(fields):
+            sums[index] += len(words)
+            one = 1 << (_BITS * index)
+            for word in words[:_MASK]:  # at most _MASK words a field: no count overflows its bits
+                packed[word] = get(word, 0) + one
+        for word, value in packed.items():
+            entry = counts.get(word)
+            if entry is None:
+                entry = counts[word] = (array("i"), array("Q"))
+            entry[0].append(local)
+            entry[1].append(value)
+        name_words = set(fields[_NAME])
+        name_sizes.append(len(name_words))
+        for word in name_words:
+            names.setdefault(word, array("i")).append(local)
+    server_terms = frozenset(stem(w) for w in split_identifier(server or ""))
+    return _Segment(server, list(documents), lengths, counts, name_sizes, names, server_terms, tuple(sums))
+
+
+class SearchIndex:
+    """Tool documents grouped by server, searchable by keywords.
+
+    `update({server: documents}, removed)` (re)indexes the servers whose tools changed in one go;
+    `search(query, limit)` ranks. Segments keep the order they were first added in, so ties keep
+    the catalog's order.
+    """
+
+    def __init__(self, weights: Weights | None = None) -> None:
+        self.weights = weights or Weights()
+        self._segments: dict[str | None, _Segment] = {}
+        self._by_term: dict[str, list[_Segment]] = {}
+        self._dfs: dict[str, int] = {}
+        """term -> how many documents have it (kept in step with the segments)."""
+        self._by_server_word: dict[str, list[_Segment]] = {}
+        self._averages: tuple[float, ...] = (1.0,) * len(FIELDS)
+        self._count = 0
+        self._bases: list[int] = []
+        self._ordered: list[_Segment] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def servers(self) -> list[str | None]:
+        """The indexed servers (None: the built-ins), in the order they were added."""
+        return list(self._segments)
+
+    def update(self, changed: Mapping[str | None, Sequence[ToolDocument]], removed: Iterable[str | None] = ()) -> None:
+        """Index the `changed` servers' documents (replacing what they had) and forget `removed`."""
+        touched: list[_Segment] = []
+        for server in removed:
+            old = self._segments.pop(server, None)
+            if old is not None:
+                self._unlink(old)
+        for server, documents in changed.items():
+            old = self._segments.get(server)
+            if old is not None:
+                self._unlink(old)
+            segment = _segment(server, documents)
+            self._segments[server] = segment
+            dfs = self._dfs
+            for word, (ids, _) in segment.counts.items():
+                self._by_term.setdefault(word, []).append(segment)
+                dfs[word] = dfs.get(word, 0) + len(ids)
+            for word in segment.server_terms:
+                self._by_server_word.setdefault(word, []).append(segment)
+            touched.append(segment)
+        self._layout(touched)
+
+    def replace(self, server: str | None, documents: Iterable[ToolDocument]) -> None:
+        """Index `documents` as the tools of `server`, replacing what it had."""
+        self.update({server: list(documents)})
+
+    def remove(self, server: str | None) -> None:
+        """Forget the tools of `server` (nothing happens if it has none)."""
+        self.update({}, [server])
+
+    def _unlink(self, segment: _Segment) -> None:
+        for word, (ids, _) in segment.counts.items():
+            holders = self._by_term[word]
+            holders.remove(segment)
+            self._dfs[word] -= len(ids)
+            if not holders:
+                del self._by_term[word], self._dfs[word]
+        for word in segment.server_terms:
+            self._by_server_word[word].remove(segment)
+
+    def _layout(self, touched: list[_Segment]) -> None:
+        """Number the documents, recompute the averages; weigh what changed (everything on drift)."""
+        base = 0
+        self._bases, self._ordered = [], []
+        totals = [0] * len(FIELDS)
+        for segment in self._segments.values():
+            segment.base = base
+            self._bases.append(base)
+            self._ordered.append(segment)
+            base += len(segment.documents)
+            for index, value in enumerate(segment.length_sums):
+                totals[index] += value
+        self._count = base
+        averages = tuple(max(1.0, total / max(1, base)) for total in totals)
+        drifted = any(abs(new - old) / old > _DRIFT for new, old in zip(averages, self._averages, strict=True))
+        if drifted:
+            self._averages = averages
+            touched = list(self._segments.values())
+        for segment in touched:
+            self._weigh(segment)
+
+    def _weigh(self, segment: _Segment) -> None:
+        w = self.weights
+        k1 = w.k1
+        scales = [
+            tuple(w.fields[f] / (1.0 - w.b[f] + w.b[f] * lengths[f] / self._averages[f]) for f in range(len(FIELDS)))
+            for lengths in segment.lengths
+        ]
+        # Many postings of one document share a packed value (once in the description, say): cache.
+        caches: list[dict[int, float]] = [{} for _ in segment.lengths]
+        fields = range(len(FIELDS))
+        impacts: dict[str, array[float]] = {}
+        saturated = k1 + 1.0
+        for word, (ids, packed) in segment.counts.items():
+            values: list[float] = []
+            append = values.append  # bound once: this loop runs once per posting
+            for local, value in zip(ids, packed, strict=True):
+                cache = caches[local]
+                found = cache.get(value)
+                if found is None:
+                    scale = scales[local]
+                    tf = sum(scale[f] * ((value >> (_BITS * f)) & _MASK) for f in fields)
+                    found = cache[value] = tf * saturated / (k1 + tf)
+                append(found)
+            impacts[word] = array("d", values)
+        segment.impacts = impacts
+
+    def search(self, query: str, limit: int = 5) -> list[Hit]:
+        """The best `limit` tools for `query`, best first; tools matching no query word are left out.
+
+        Speed on large catalogs: a synonym held by more than `_COMMON_SYNONYM` of the tools is not
+        used, and a query word held by more than `_COMMON_WORD` of them (when rarer words exist) only
+        re-ranks the best candidates of the rarer words instead of walking its whole posting list.
+        """
+        primary = terms(query)
+        if not primary or limit <= 0 or not self._count:
+            return []
+        w = self.weights
+        n = self._count
+        dfs = self._dfs
+        weights: dict[str, float] = {}
+        for word in primary:
+            weights[word] = weights.get(word, 0.0) + 1.0
+        for word in expansions(primary):
+            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
+                weights[word] = max(weights.get(word, 0.0), w.synonym)
+        idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
+        common = max(_COMMON_WORD * n, _COMMON_FLOOR)
+        walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
+        later = [word for word in weights if dfs.get(word, 0) > common]
+        if not walked:
+            walked, later = later, []
+        scores = [0.0] * n
+        for word in walked:
+            factor = weights[word] * idfs[word]
+            for segment in self._by_term[word]:
+                base = segment.base
+                for local, impact in zip(segment.counts[word][0], segment.impacts[word], strict=True):
+                    scores[base + local] += factor * impact
+        touched = list(compress(range(n), scores))
+        if not touched:
+            return []
+        extra = self._server_extra(scores, frozenset(primary))
+        hits = self._name_hits(scores, walked)
+        if later:
+            # Re-rank the best candidates with the common words (looked up, not walked).
+            provisional = [scores[number] * (1.0 + extra.get(number, 0.0)) for number in touched]
+            order = heapq.nlargest(max(_SHORTLIST, 4 * limit), range(len(touched)), key=provisional.__getitem__)
+            touched = [touched[i] for i in order]
+            for number in touched:
+                segment, local = self._locate(number)
+                for word in later:
+                    posting = segment.counts.get(word)
+                    if posting is not None:
+                        ids = posting[0]
+                        at = bisect.bisect_left(ids, local)
+                        if at < len(ids) and ids[at] == local:
+                            scores[number] += weights[word] * idfs[word] * segment.impacts[word][at]
+                    names = segment.names.get(word)
+                    if names is not None:
+                        at = bisect.bisect_left(names, local)
+                        if at < len(names) and names[at] == local:
+                            hits[number] = hits.get(number, 0) + 1
+        for number, count in hits.items():
+            segment, local = self._locate(number)
+            covered = count / segment.name_sizes[local]
+            extra[number] = extra.get(number, 0.0) + w.name_bonus * covered * covered
+        for number, more in extra.items():
+            scores[number] *= 1.0 + more
+        best = heapq.nlargest(limit, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        unseen = _idf(n, 0) * w.unseen
+        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
+        return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
+
+    def _server_extra(self, scores: list[float], named: frozenset[str]) -> dict[int, float]:
+        """The hierarchy: the tools of a server whose key's words are all in the query (`google maps`)."""
+        extra: dict[int, float] = {}
+        seen: set[int] = set()
+        for word in named:
+            for segment in self._by_server_word.get(word, ()):
+                if id(segment) in seen or not segment.server_terms <= named:
+                    continue
+                seen.add(id(segment))
+                for number in range(segment.base, segment.base + len(segment.documents)):
+                    if scores[number]:
+                        extra[number] = self.weights.server_boost
+        return extra
+
+    def _name_hits(self, scores: list[float], words: list[str]) -> dict[int, int]:
+        """How many of `words` each scored tool has in its name."""
+        hits: dict[int, int] = {}
+        for word in words:
+            for segment in self._by_term.get(word, ()):
+                found = segment.names.get(word)
+                if found is not None:
+                    base = segment.base
+                    for local in found:
+                        number = base + local
+                        if scores[number]:
+                            hits[number] = hits.get(number, 0) + 1
+        return hits
+
+    def _locate(self, number: int) -> tuple[_Segment, int]:
+        segment = self._ordered[bisect.bisect_right(self._bases, number) - 1]
+        return segment, number - segment.base
+
+    def _hit(self, number: int, score: float, weights: dict[str, float], idfs: dict[str, float], total: float) -> Hit:
+        """A hit with its confidence: the idf-weighted share of the query it matches, each word counting
+        fully in the name, server, title or first sentence and `weak_match` elsewhere (a synonym at its weight)."""
+        segment, local = self._locate(number)
+        matched = 0.0
+        for word, weight in weights.items():
+            posting = segment.counts.get(word)
+            if posting is None or not idfs[word]:
+                continue
+            ids, packed = posting
+            at = bisect.bisect_left(ids, local)
+            if at < len(ids) and ids[at] == local:
+                strength = 1.0 if packed[at] & _STRONG_BITS else self.weights.weak_match
+                matched += idfs[word] * min(weight, 1.0) * strength
+        confidence = min(1.0, matched / total) if total else 0.0
+        return Hit(segment.documents[local], score, confidence)

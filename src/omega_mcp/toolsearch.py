@@ -1,0 +1,407 @@
+"""Tool search over the namespace, shared by the hub, the agent and `omega-mcp search`.
+
+The `ToolFinder` keeps a `search.SearchIndex` in step with a list of namespace entries (exported
+name, server key, tool): a server whose tools changed is re-indexed alone, the others are kept.
+`search_tools` takes keywords or `select:NAME[,NAME...]` (any name a call accepts) and answers with
+a text line per tool (name, then its one-line description) plus `structuredContent` `{"tools":
+[{name, server, description, inputSchema}]}`; `call_tool` calls a tool by name. Both definitions
+are built here, small and fixed whatever the catalog's size. Whether search is on follows
+`[hub]`/`[agent] tool_search`: "on", "off", or "auto" (on when the JSON of the exported tools'
+definitions exceeds `AUTO_THRESHOLD_CHARS`). The Toolbox stays the one routing table: this module
+only ranks and describes what the namespace already holds.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mcp import types
+
+from omega_mcp.errors import InvalidArgumentsError
+from omega_mcp.narrow import as_object
+from omega_mcp.search import SearchIndex, ToolDocument, Weights
+
+__all__ = [
+    "AUTO_THRESHOLD_CHARS",
+    "CALL_TOOL",
+    "DEFAULT_ALWAYS_VISIBLE",
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "MIN_CONFIDENCE",
+    "SEARCH_TOOLS",
+    "WEAK_CONFIDENCE",
+    "Entry",
+    "Found",
+    "ToolFinder",
+    "ToolSearchMode",
+    "call_tool_definition",
+    "call_tool_target",
+    "definitions_chars",
+    "document_of",
+    "entries_of",
+    "found_result",
+    "search_arguments",
+    "search_is_on",
+    "search_tools_definition",
+    "visible_names",
+]
+
+ToolSearchMode = Literal["off", "on", "auto"]
+SEARCH_TOOLS = "search_tools"
+CALL_TOOL = "call_tool"
+DEFAULT_LIMIT = 5
+MAX_LIMIT = 20
+AUTO_THRESHOLD_CHARS = 40_000
+"""`auto` turns search on above this many characters of tool definitions (about 10,000 tokens)."""
+MIN_CONFIDENCE = 0.2
+"""Hits matching less than this idf-weighted share of the query's words are left out (bench/bench_search.py)."""
+WEAK_CONFIDENCE = 0.35
+"""Below this, the best hit is announced as a weak guess: likely no tool fits."""
+DEFAULT_ALWAYS_VISIBLE = ("bash", "read", "write", "edit", "bash_output", "kill_shell")
+_SELECT = "select:"
+_SUMMARY_CHARS = 200
+_SERVER_LIST_CHARS = 600
+
+_HINT_WORDS = {
+    "read_only_hint": "read only",
+    "destructive_hint": "destructive delete remove overwrite",
+    "idempotent_hint": "idempotent",
+    "open_world_hint": "external web internet",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One tool of the namespace: its exported name, its server key (None: a built-in), the tool."""
+
+    name: str
+    server_name: str | None
+    tool: types.Tool
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a search found, best first (a `select:` in the order named), and the names it did not know."""
+
+    query: str
+    entries: tuple[Entry, ...]
+    unknown: tuple[str, ...] = ()
+    selected: bool = False
+    weak: bool = False
+    """Even the best hit matches little of the query: likely no tool fits."""
+
+
+def entries_of(tools: Iterable[types.Tool], server_of: Callable[[str], str | None]) -> list[Entry]:
+    """Namespace entries of exported tools; `server_of` gives an exported name's server key (None: built-in)."""
+    return [Entry(tool.name, server_of(tool.name), tool) for tool in tools]
+
+
+def document_of(entry: Entry) -> ToolDocument:
+    """The search document of a namespace entry: every field a tool offers."""
+    tool = entry.tool
+    parameters: list[tuple[str, str]] = []
+    for name, schema in as_object(tool.input_schema.get("properties")).items():
+        description = as_object(schema).get("description")
+        parameters.append((name, description if isinstance(description, str) else ""))
+    hints: list[str] = []
+    title = tool.title or ""
+    annotations = tool.annotations
+    if annotations is not None:
+        title = title or annotations.title or ""
+        for key, words in _HINT_WORDS.items():
+            if getattr(annotations, key, None) is True:
+                hints.append(words)
+    return ToolDocument(
+        name=entry.name,
+        server=entry.server_name,
+        tool_name=tool.name if entry.server_name is None else _own_name(entry),
+        title=title,
+        description=tool.description or "",
+        parameters=tuple(parameters),
+        hints=tuple(hints),
+    )
+
+
+def _own_name(entry: Entry) -> str:
+    # The exported name carries the server prefix (a field of its own) and maybe a hash suffix:
+    # the tool's words are what is left after the prefix.
+    name = entry.name
+    marker = f"{entry.server_name}__"
+    at = name.find(marker)
+    return name[at + len(marker) :] if at >= 0 else name
+
+
+def _fingerprint(entries: Sequence[Entry]) -> tuple[tuple[str, str | None, int], ...]:
+    # Identity of the schema object: a server that re-lists its tools gets new objects (re-indexed),
+    # a server left alone keeps them (kept). Cheap for thousands of tools.
+    return tuple((e.name, e.tool.description, id(e.tool.input_schema)) for e in entries)
+
+
+class ToolFinder:
+    """A search index kept in step with the namespace: `update(entries)` then `search` or `select`."""
+
+    def __init__(self, weights: Weights | None = None) -> None:
+        self.index = SearchIndex(weights)
+        self._entries: dict[str, Entry] = {}
+        self._folded: dict[str, str] = {}
+        self._aliases: dict[str, str] | None = None
+        self._prints: dict[str | None, tuple[tuple[str, str | None, int], ...]] = {}
+
+    def update(self, entries: Iterable[Entry]) -> bool:
+        """Follow the namespace: re-index the servers whose tools changed. True if anything changed."""
+        groups: dict[str | None, list[Entry]] = {}
+        for entry in entries:
+            groups.setdefault(entry.server_name, []).append(entry)
+        removed = [server for server in self._prints if server not in groups]
+        changed: dict[str | None, list[ToolDocument]] = {}
+        for server, members in groups.items():
+            fingerprint = _fingerprint(members)
+            if self._prints.get(server) != fingerprint:
+                self._prints[server] = fingerprint
+                changed[server] = [document_of(e) for e in members]
+        for server in removed:
+            del self._prints[server]
+        if not changed and not removed:
+            return False
+        self.index.update(changed, removed)
+        self._entries = {e.name: e for members in groups.values() for e in members}
+        self._folded = {}  # built when a `select:` needs it
+        self._aliases = None  # built when a `select:` needs one
+        return True
+
+    def _alias_map(self) -> dict[str, str]:
+        """`server.tool` and `server__tool`, for callers without the namespace's own resolver (the agent)."""
+        if self._aliases is None:
+            self._aliases = {
+                f"{e.server_name}{sep}{_own_name(e)}": e.name
+                for e in self._entries.values()
+                if e.server_name is not None
+                for sep in (".", "__")
+            }
+        return self._aliases
+
+    @property
+    def entries(self) -> Mapping[str, Entry]:
+        """Every indexed tool by exported name."""
+        return self._entries
+
+    def search(self, query: str, limit: int = DEFAULT_LIMIT, *, min_confidence: float = MIN_CONFIDENCE) -> Found:
+        """The best tools for keywords, at most `limit` (capped at MAX_LIMIT); weak fits left out."""
+        hits = [h for h in self.index.search(query, max(1, min(limit, MAX_LIMIT))) if h.confidence >= min_confidence]
+        chosen = tuple(self._entries[h.document.name] for h in hits)
+        return Found(query, chosen, weak=bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE)
+
+    def select(self, names: Iterable[str], resolve: Callable[[str], str | None] | None = None) -> Found:
+        """The tools named, in that order (duplicates once); `resolve` maps an alias to an exported name."""
+        chosen: list[Entry] = []
+        unknown: list[str] = []
+        for raw in names:
+            name = raw.strip()
+            if not name:
+                continue
+            exported = name if name in self._entries else (resolve(name) if resolve is not None else None)
+            if exported is None or exported not in self._entries:
+                if not self._folded:
+                    self._folded = {key.casefold(): key for key in self._entries}
+                exported = self._alias_map().get(name) or self._folded.get(name.casefold())
+            if exported is None or exported not in self._entries:
+                unknown.append(name)
+            elif self._entries[exported] not in chosen:
+                chosen.append(self._entries[exported])
+        return Found(_SELECT + ",".join(names), tuple(chosen), tuple(unknown), selected=True)
+
+    def run(self, query: str, limit: int = DEFAULT_LIMIT, resolve: Callable[[str], str | None] | None = None) -> Found:
+        """`search_tools`' query: `select:A,B` picks by name, anything else is keywords."""
+        stripped = query.strip()
+        if stripped.lower().startswith(_SELECT):
+            return self.select(stripped[len(_SELECT) :].split(","), resolve)
+        return self.search(stripped, limit)
+
+
+# -- the tools' definitions and results -------------------------------------------------------
+
+
+def _server_list(servers: Sequence[str]) -> str:
+    if not servers:
+        return ""
+    shown: list[str] = []
+    used = 0
+    for server in servers:
+        if used + len(server) + 2 > _SERVER_LIST_CHARS:
+            break
+        shown.append(server)
+        used += len(server) + 2
+    more = len(servers) - len(shown)
+    return f" Servers: {', '.join(shown)}{f' and {more} more' if more else ''}."
+
+
+def search_tools_definition(servers: Sequence[str] = (), *, call_tool: bool = True) -> types.Tool:
+    """`search_tools`: the only way to discover the tools not listed. `servers` are named in its
+    description (cut at a fixed length), so the model knows what there is to find."""
+    then = (
+        "They become callable at once (by name, or through call_tool) and join your tool list."
+        if call_tool
+        else "They become callable from your next step on."
+    )
+    description = (
+        "Search the tools of the connected MCP servers, which are not all listed up front. Give keywords or a "
+        "short description of the step you need (e.g. 'create github issue', 'take a screenshot of the page'), "
+        "or 'select:NAME,NAME' for tools whose names you know. Returns the best matches, best first, each with "
+        f"its name, description and input schema. {then}" + _server_list(servers)
+    )
+    return types.Tool(
+        name=SEARCH_TOOLS,
+        description=description,
+        input_schema={
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "Keywords or a step description, or select:NAME[,NAME...] for exact names.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "description": f"How many tools to return (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).",
+                    "default": DEFAULT_LIMIT,
+                },
+            },
+            "required": ["query"],
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def call_tool_definition() -> types.Tool:
+    """`call_tool`: run any tool of the namespace by name, exactly as a direct call would."""
+    return types.Tool(
+        name=CALL_TOOL,
+        description=(
+            "Call a tool found with search_tools (or any tool whose name you know) by its name, with its "
+            "arguments. Works exactly like calling the tool directly."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The tool's name, as search_tools returned it."},
+                "arguments": {"type": "object", "description": "The tool's arguments, matching its input schema."},
+            },
+            "required": ["name"],
+        },
+    )
+
+
+def search_arguments(arguments: Mapping[str, Any] | None) -> tuple[str, int]:
+    """`search_tools`' (query, limit): limit defaults to DEFAULT_LIMIT and is capped at MAX_LIMIT.
+
+    Raises:
+        InvalidArgumentsError: a missing or empty query, a limit that is no positive integer.
+    """
+    args = dict(arguments or {})
+    query, limit = args.get("query"), args.get("limit", DEFAULT_LIMIT)
+    unknown = sorted(set(args) - {"query", "limit"})
+    if unknown:
+        raise InvalidArgumentsError(f"Invalid arguments for {SEARCH_TOOLS}: `{unknown[0]}`: unknown field")
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidArgumentsError(
+            f"Invalid arguments for {SEARCH_TOOLS}: `query`: give keywords, or select:NAME for exact names"
+        )
+    if limit is None:
+        limit = DEFAULT_LIMIT
+    if isinstance(limit, float) and limit.is_integer():
+        limit = int(limit)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InvalidArgumentsError(f"Invalid arguments for {SEARCH_TOOLS}: `limit`: must be a positive integer")
+    return query, min(limit, MAX_LIMIT)
+
+
+def call_tool_target(arguments: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """`call_tool`'s (name, arguments).
+
+    Raises:
+        InvalidArgumentsError: no name, or arguments that are no object.
+    """
+    args = dict(arguments or {})
+    name, inner = args.get("name"), args.get("arguments")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgumentsError(f"Invalid arguments for {CALL_TOOL}: `name`: the tool's name is required")
+    if inner is None:
+        inner = {}
+    if not isinstance(inner, dict):
+        raise InvalidArgumentsError(f"Invalid arguments for {CALL_TOOL}: `arguments`: must be an object")
+    if name in (CALL_TOOL,):
+        raise InvalidArgumentsError(f"Invalid arguments for {CALL_TOOL}: `name`: call the tool itself, not call_tool")
+    return name.strip(), dict(inner)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _summary(description: str | None) -> str:
+    text = " ".join((description or "").split())
+    for index, ch in enumerate(text):
+        if ch in ".!?" and index >= 20 and (index + 1 == len(text) or text[index + 1] == " "):
+            text = text[: index + 1]
+            break
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def found_result(found: Found) -> types.CallToolResult:
+    """`search_tools`' answer: one line per tool, and `structuredContent` `{"tools": [...]}`."""
+    lines = [f"{e.name}: {_summary(e.tool.description)}" if e.tool.description else e.name for e in found.entries]
+    if found.weak:
+        lines.insert(0, f"Weak matches only: probably no tool fits {found.query!r}; check before using these.")
+    if found.unknown:
+        lines.append(f"Unknown tool name{'s' if len(found.unknown) > 1 else ''}: {', '.join(found.unknown)}")
+    if not found.entries:
+        if found.selected:
+            lines.append("No tool has these names; search with keywords to find the right name.")
+        else:
+            lines.append(
+                f"No tool matches {found.query!r}. Try other or fewer words (what the tool does, or the service "
+                "it works with), or select:NAME for a name you know."
+            )
+    structured = {
+        "tools": [
+            {
+                "name": e.name,
+                "server": e.server_name,
+                "description": e.tool.description or "",
+                "inputSchema": e.tool.input_schema,
+            }
+            for e in found.entries
+        ]
+    }
+    return types.CallToolResult(content=[types.TextContent(text="\n".join(lines))], structured_content=structured)
+
+
+# -- when search is on, and what stays visible ------------------------------------------------
+
+
+def definitions_chars(tools: Iterable[types.Tool], *, stop_above: int | None = None) -> int:
+    """Characters of the JSON of the tools' definitions, as a client receives them; with `stop_above`,
+    counting stops once the total exceeds it (auto only needs to know that, and a catalog of
+    thousands of tools would take a second to serialize whole)."""
+    total = 0
+    for tool in tools:
+        total += len(json.dumps(tool.model_dump(mode="json", by_alias=True, exclude_none=True), ensure_ascii=False))
+        if stop_above is not None and total > stop_above:
+            break
+    return total
+
+
+def search_is_on(mode: ToolSearchMode, chars: Callable[[int], int]) -> bool:
+    """Whether `mode` means search for a catalog; `chars(stop_above)` counts its definitions' characters."""
+    if mode == "off":
+        return False
+    return mode == "on" or chars(AUTO_THRESHOLD_CHARS) > AUTO_THRESHOLD_CHARS
+
+
+def visible_names(names: Iterable[str], always_visible: Sequence[str] | None) -> list[str]:
+    """The names matched by the `always_visible` globs (None: the built-ins), in catalog order."""
+    globs = DEFAULT_ALWAYS_VISIBLE if always_visible is None else tuple(always_visible)
+    if not globs:
+        return []
+    match = re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in globs)).match
+    return [name for name in names if match(name)]

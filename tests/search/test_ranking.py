@@ -1,0 +1,166 @@
+"""The ranking: words (identifier splitting, stemming), the index's fields and hierarchy, re-indexing,
+and the retrieval targets on the harvested catalog of real servers (tests/fixtures/): recall@5 of at
+least 0.85 on the dev and held-out queries, `select:` for every name form, and "no tool fits"
+answered with nothing or a result marked weak. bench/bench_search.py prints the full figures."""
+
+from __future__ import annotations
+
+import pytest
+from mcp import types
+
+from omega_mcp.search import SearchIndex, ToolDocument
+from omega_mcp.search.text import split_identifier, stem, terms
+from omega_mcp.toolsearch import Entry, ToolFinder
+from search_support import catalog_entries, queries
+
+
+@pytest.mark.parametrize(
+    ("identifier", "words"),
+    [
+        ("browser_take_screenshot", ["browser", "take", "screenshot"]),
+        ("getFileContents", ["get", "file", "contents"]),
+        ("API-post-search", ["api", "post", "search"]),
+        ("HTTPServerError", ["http", "server", "error"]),
+        ("s3ListBuckets", ["s", "3", "list", "buckets"]),
+        ("mcp__github__create_issue", ["mcp", "github", "create", "issue"]),
+        ("resolve-library-id v2.0", ["resolve", "library", "id", "v", "2", "0"]),
+    ],
+)
+def test_identifiers_split_into_their_words(identifier: str, words: list[str]) -> None:
+    assert split_identifier(identifier) == words
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        ["screenshot", "screenshots"],
+        ["navigate", "navigating", "navigation", "navigates"],
+        ["branch", "branches"],
+        ["directory", "directories"],
+        ["delete", "deleted", "deleting", "deletion"],
+        ["run", "running", "runs"],
+        ["query", "queries"],
+        ["issue", "issues"],
+    ],
+)
+def test_the_stemmer_joins_the_forms_of_a_word(group: list[str]) -> None:
+    assert len({stem(word) for word in group}) == 1
+
+
+def test_the_stemmer_keeps_words_tools_keep_apart() -> None:
+    assert stem("server") != stem("serve")
+    assert stem("status") == "status" and stem("news") == "news"
+
+
+def test_stop_words_and_filler_are_not_terms() -> None:
+    assert terms("I want to use a tool that can get the weather") == ["weather"]
+
+
+def doc(name: str, server: str, description: str = "", **more: object) -> ToolDocument:
+    return ToolDocument(name=f"mcp__{server}__{name}", server=server, tool_name=name, description=description, **more)  # type: ignore[arg-type]
+
+
+def test_a_name_match_outranks_a_mention_deep_in_a_description() -> None:
+    index = SearchIndex()
+    index.replace(
+        "a",
+        [
+            doc("list_items", "a", "List the items. Unlike delete_item, this never changes anything."),
+            doc("delete_item", "a", "Remove one item for good."),
+        ],
+    )
+    assert [h.document.tool_name for h in index.search("delete item", 2)] == ["delete_item", "list_items"]
+
+
+def test_naming_a_server_prefers_its_tools() -> None:
+    index = SearchIndex()
+    index.update(
+        {
+            "github": [doc("create_issue", "github", "Create a new issue in a repository")],
+            "gitlab": [doc("create_issue", "gitlab", "Create a new issue in a project")],
+        }
+    )
+    assert index.search("create an issue on gitlab", 1)[0].document.server == "gitlab"
+    assert index.search("create an issue on github", 1)[0].document.server == "github"
+
+
+def test_parameters_and_annotations_are_searched_too() -> None:
+    index = SearchIndex()
+    index.replace(
+        "x",
+        [
+            doc("run", "x", "Run it.", parameters=(("timezone", "IANA zone name"),)),
+            doc("other", "x", "Something else.", hints=("read only",)),
+        ],
+    )
+    assert index.search("timezone", 1)[0].document.tool_name == "run"
+    assert index.search("read only", 1)[0].document.tool_name == "other"
+
+
+def test_replacing_one_server_reindexes_it_alone_and_removing_forgets_it() -> None:
+    index = SearchIndex()
+    index.update({"a": [doc("alpha_tool", "a", "Alpha things")], "b": [doc("beta_tool", "b", "Beta things")]})
+    assert index.search("gamma", 5) == []
+    index.replace("b", [doc("gamma_tool", "b", "Gamma things")])
+    assert [h.document.tool_name for h in index.search("gamma", 5)] == ["gamma_tool"]
+    assert index.search("beta", 5) == []
+    index.remove("a")
+    assert index.search("alpha", 5) == [] and len(index) == 1
+
+
+def test_the_finder_reindexes_only_the_servers_whose_tools_changed() -> None:
+    entries = catalog_entries()
+    finder = ToolFinder()
+    assert finder.update(entries)
+    assert not finder.update(list(entries))  # the same tools: nothing to do
+    time_tools = [e for e in entries if e.server_name == "time"]
+    renamed = Entry(
+        "mcp__time__clock_face",
+        "time",
+        types.Tool(name="clock_face", description="Draw a clock face", input_schema={"type": "object"}),
+    )
+    changed = [e for e in entries if e.server_name != "time"] + [*time_tools, renamed]
+    assert finder.update(changed)
+    assert finder.search("draw a clock face", 1).entries[0].name == "mcp__time__clock_face"
+
+
+def _ranks(split: str) -> list[int | None]:
+    finder = ToolFinder()
+    finder.update(catalog_entries())
+    ranks: list[int | None] = []
+    for query in queries():
+        if query.split == split and query.kind != "none":
+            names = [e.name for e in finder.search(query.query, 10).entries]
+            ranks.append(next((i + 1 for i, name in enumerate(names) if name in query.expected), None))
+    return ranks
+
+
+@pytest.mark.parametrize("split", ["dev", "held-out"])
+def test_recall_at_5_on_real_servers_and_agent_queries_is_at_least_0_85(split: str) -> None:
+    ranks = _ranks(split)
+    recall = sum(1 for rank in ranks if rank is not None and rank <= 5) / len(ranks)
+    assert len(ranks) >= 60
+    assert recall >= 0.85
+
+
+def test_no_tool_fits_is_answered_with_nothing_or_a_weak_match() -> None:
+    finder = ToolFinder()
+    finder.update(catalog_entries())
+    nomatch = [q for q in queries() if q.kind == "none"]
+    answers = [finder.search(q.query, 5) for q in nomatch]
+    clear = sum(1 for answer in answers if not answer.entries or answer.weak)
+    assert len(nomatch) >= 10
+    assert clear / len(nomatch) >= 0.85
+
+
+def test_select_finds_every_tool_by_every_name_a_call_accepts() -> None:
+    entries = catalog_entries()
+    finder = ToolFinder()
+    finder.update(entries)
+    downstream = [e for e in entries if e.server_name is not None]
+    for entry in downstream:
+        names = [entry.name, f"{entry.server_name}.{entry.tool.name}", f"{entry.server_name}__{entry.tool.name}"]
+        found = finder.select(names)
+        assert [e.name for e in found.entries] == [entry.name] and not found.unknown
+    builtin = finder.select(["BASH", "nope"])
+    assert [e.name for e in builtin.entries] == ["bash"] and builtin.unknown == ("nope",)
