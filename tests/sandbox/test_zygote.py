@@ -148,6 +148,7 @@ async def test_another_session_sees_neither_the_tmp_nor_the_loopback_of_one(box:
 
 async def test_a_session_is_prepared_once_and_ends_with_its_client(box: Toolbox) -> None:
     owner = object()
+    await _bash(box, "true")  # the launcher runs (started in the background, or by this call)
     before = set(_session_processes())
     await box.call_tool("bash", {"command": "true"}, owner=owner)
     mine = set(_session_processes()) - before
@@ -193,6 +194,7 @@ async def test_a_workspace_made_again_is_writable_in_the_next_call(box: Toolbox,
 async def test_sessions_beyond_the_cap_are_closed_oldest_first(box: Toolbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(zygote_client, "MAX_SESSIONS", 2)
     owners = [object() for _ in range(3)]
+    await _bash(box, "true")  # the launcher runs
     before = set(_session_processes())
     await box.call_tool("bash", {"command": "true"}, owner=owners[0])
     oldest = set(_session_processes()) - before

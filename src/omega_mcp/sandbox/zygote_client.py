@@ -232,8 +232,9 @@ async def _running_zygote() -> _Zygote:
 
 def prestart() -> None:
     """Start the zygote in the background where bash will use it (Linux with user namespaces), so the
-    first bash call does not wait for it."""
-    if _zygote is None and sys.platform.startswith("linux"):
+    first bash call does not wait for it; a zygote that died meanwhile is replaced likewise."""
+    current = _zygote
+    if (current is None or not current.alive()) and sys.platform.startswith("linux"):
         threading.Thread(target=_start_quietly, name="omega-zygote-start", daemon=True).start()
 
 
