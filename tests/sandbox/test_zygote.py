@@ -255,6 +255,31 @@ async def test_a_killed_session_process_is_replaced_on_the_next_call(box: Toolbo
     await box.end_session(owner)
 
 
+async def test_a_session_that_does_not_answer_fails_the_call_runs_nothing_and_is_replaced(
+    box: Toolbox, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = object()
+    before = set(_session_processes()) if zygote_client.launcher_pid() else set[int]()
+    await box.call_tool("bash", {"command": "true"}, owner=owner)
+    (stuck,) = set(_session_processes()) - before
+    monkeypatch.setattr(zygote_client, "START_SECONDS", 0.5)
+    proof = policy.workspace / "ran"
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        with anyio.fail_after(10):
+            result = await box.call_tool("bash", {"command": f"touch {proof}"}, owner=owner)
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    assert result.is_error
+    assert "did not start the command within 0.5 s" in _text(result) and "did not run" in _text(result), _text(result)
+    await _gone(stuck)  # resumed, it finds the request abandoned and its socket closed: it ends
+    assert not proof.exists()
+    monkeypatch.undo()
+    again = await box.call_tool("bash", {"command": "echo $$"}, owner=owner)
+    assert (again.is_error, _text(again)) == (False, "2\n")  # a new session
+    await box.end_session(owner)
+
+
 async def test_no_launcher_means_no_bash_never_bash_without_it(
     box: Toolbox, policy: SandboxPolicy, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,7 +44,7 @@ from omega_mcp.sandbox.zygote import MAX_REQUEST_BYTES, encode
 if TYPE_CHECKING:
     from omega_mcp.sandbox.launch import BashLaunch
 
-__all__ = ["MAX_SESSIONS", "forget", "launcher_pid", "prestart", "start"]
+__all__ = ["MAX_SESSIONS", "START_SECONDS", "forget", "launcher_pid", "prestart", "start"]
 
 MAX_SESSIONS = 32
 """Sessions kept open at once; the least recently used beyond this are closed."""
@@ -52,6 +52,8 @@ MAX_SESSIONS = 32
 _ZYGOTE = Path(__file__).with_name("zygote.py")
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import zygote;raise SystemExit(zygote.main(sys.argv[1:]))"
 _PATH_OPTIONS = frozenset({"--pin", "--protect", "--hide", "--rw", "--dev", "--tmp-source", "--private-tmp"})
+START_SECONDS = 60.0
+"""How long a launch may wait for the launcher to start the command (a zygote and session made first)."""
 _ATTEMPTS = 3
 _SPAWN_SECONDS = 30.0
 _SOCKET_BUFFER = 1 << 20
@@ -367,7 +369,8 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
     """Run `launch` (its options, program, env and cwd) through the zygote.
 
     Raises:
-        SandboxUnavailableError: no sandbox launcher can be started, or it keeps dying.
+        SandboxUnavailableError: no sandbox launcher can be started, it keeps dying, or it does not start
+            the command within `START_SECONDS`.
         ToolError: the launcher could not set the command's sandbox up, or the request is too large.
     """
     shared, own, key, tmp = _split(launch.options)
@@ -380,20 +383,36 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
             "write the command to a file and run that."
         )
     why = ""
-    for _ in range(_ATTEMPTS):
-        zygote = await _running_zygote()
-        try:
-            session = await _session(zygote, shared, key, tmp)
-        except NotStartedError as exc:
-            why = str(exc)
-            zygote.broken = True  # its socket failed: a new one is started
-            continue
-        try:
-            return await _run(session, body)
-        except NotStartedError as exc:
-            why = str(exc)
-            with _lock:
+    zygote: _Zygote | None = None
+    session: _Session | None = None
+    try:
+        with anyio.fail_after(START_SECONDS):
+            for _ in range(_ATTEMPTS):
+                zygote, session = await _running_zygote(), None
+                try:
+                    session = await _session(zygote, shared, key, tmp)
+                except NotStartedError as exc:
+                    why = str(exc)
+                    zygote.broken = True  # its socket failed: a new one is started
+                    continue
+                try:
+                    return await _run(session, body)
+                except NotStartedError as exc:
+                    why = str(exc)
+                    with _lock:
+                        zygote.drop(session)
+    except TimeoutError:
+        # What did not answer (a session stopped or stuck setting up, or the zygote itself) is not asked
+        # again; `_run` abandoned the launch, so the command never runs.
+        with _lock:
+            if zygote is not None and session is not None:
                 zygote.drop(session)
+            elif zygote is not None:
+                zygote.broken = True
+        raise SandboxUnavailableError(
+            f"bash cannot run: the sandbox launcher did not start the command within {START_SECONDS:g} s; "
+            "the command did not run"
+        ) from None
     raise SandboxUnavailableError(
         f"bash cannot run: the sandbox launcher died {_ATTEMPTS} times before the command started ({why}); "
         "the command did not run"
