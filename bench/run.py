@@ -1,6 +1,6 @@
 """Every benchmark with its floor beside omega, in one command; the README's tables come from one run of it.
 
-    .venv/bin/python bench/run.py [--calls 1000] [--only proxy,http] [--quick] [--json]
+    .venv/bin/python bench/run.py [--calls 1000] [--only proxy,http,bash] [--quick] [--json]
                                   [--omega-src DIR] [--before-src DIR]
 
 Each section is a `section(options) -> Section` function of a bench module, listed in `SECTIONS`
@@ -26,6 +26,7 @@ from _support import Options, Section, add_options, load_average, options_from
 SECTIONS: dict[str, str] = {
     "proxy": "bench_proxy",
     "http": "bench_http",
+    "bash": "bench_trampoline",
 }
 """Section name → the bench module whose `section(options)` measures it."""
 

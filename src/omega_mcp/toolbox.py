@@ -51,6 +51,7 @@ from omega_mcp.errors import (
 )
 from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
+from omega_mcp.sandbox import zygote_client
 from omega_mcp.sandbox.approvals import Approver, Grants
 from omega_mcp.sandbox.paths import remember_hidden
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -187,6 +188,7 @@ class Toolbox(AsyncContextManagerMixin):
         if self._tree is not None:
             # The first look walks the write roots: done in the background, not in the first bash call.
             threading.Thread(target=self._tree.prime, name="omega-protected-names", daemon=True).start()
+        zygote_client.prestart()  # the bash launcher, likewise
         try:
             async with self._shells:
                 yield self
