@@ -31,11 +31,19 @@ SECTIONS: dict[str, str] = {
 """Section name → the bench module whose `section(options)` measures it."""
 
 
-def run(names: list[str], options: Options) -> list[Section]:
+def _markdown(section: Section) -> str:
+    load = f"load average {section.data.get('load_before', 0):.2f} → {section.data.get('load_after', 0):.2f}"
+    return f"### {section.title}\n\n`{section.command}` ({load})\n\n{section.markdown}\n"
+
+
+def run(names: list[str], options: Options, *, show: bool = False) -> list[Section]:
+    """Measure the sections in turn; `show`: print each one's markdown as soon as it is measured."""
     sections: list[Section] = []
     for name in names:
         module: Any = importlib.import_module(SECTIONS[name])
         sections.append(module.section(options))
+        if show:
+            print(_markdown(sections[-1]), flush=True)
     return sections
 
 
@@ -57,13 +65,9 @@ def main() -> int:
         f"load {load_average():.2f} at start -->",
         file=sys.stderr,
     )
-    sections = run(names, options)
+    sections = run(names, options, show=not args.json)
     if args.json:
         print(json.dumps({s.title: s.data for s in sections}, indent=2))
-        return 0
-    for s in sections:
-        load = f"load average {s.data.get('load_before', 0):.2f} → {s.data.get('load_after', 0):.2f}"
-        print(f"### {s.title}\n\n`{s.command}` ({load})\n\n{s.markdown}\n")
     return 0
 
 
