@@ -55,12 +55,16 @@ _SMALL = "hello\n" * 20
 
 
 def _client(url: str, token: str | None, mode: str) -> Any:
+    import httpx2
     import mcp
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
+    # The SDK's client timeouts; idle connections dropped after 2 s, before uvicorn closes them at 5 s
+    # (reusing one the server is closing fails the call with a ReadError: seen between the phases).
+    limits = httpx2.Limits(keepalive_expiry=2.0)
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), limits=limits)
+    transport = streamable_http_client(url, http_client=http)
     return mcp.Client(transport, mode=mode)
 
 
@@ -138,11 +142,11 @@ async def measure(options: Options, era: str) -> dict[str, Any]:
         for _ in range(2 if options.quick else 3):
             for label, pool in pools.items():
                 rates[label].append(await _throughput(pool, 3 if options.quick else 10))
+    finally:
         try:
             await stack.aclose()
         except Exception as exc:  # closing after measuring (a busy machine): no number depends on it
             print(f"note: closing a client failed: {exc!r}", file=sys.stderr)
-    finally:
         for process, _, _ in servers.values():
             stop(process)
     return {
