@@ -21,6 +21,7 @@ from omega_mcp.cli.common import EXIT_OK, UsageError
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import open_toolbox
 from omega_mcp.config import Config
+from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.spawn import EarlyStarts
 
 __all__ = ["run_serve"]
@@ -57,6 +58,7 @@ async def _serve(
     from omega_mcp.sandbox.layers import sandbox_layers, summary
     from omega_mcp.sandbox.servers import confined_servers
     from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.profiles import Profiles
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
     from omega_mcp.server.tool_search import SessionTools
@@ -74,11 +76,15 @@ async def _serve(
             if hub.tool_search == "off"
             else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
         )
+        profiles = Profiles(policy, hub.clients) if args.http else None
+        if profiles is not None:
+            _ensure_client_workspaces(config)
         server = build_server(
             toolbox,
             catalog=downstreams,
             instructions=hub_instructions(policy, sandbox, list(config.servers)),
             tool_search=search,
+            profiles=profiles,
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(guard.until_signalled, tg.cancel_scope)
@@ -91,6 +97,7 @@ async def _serve(
                     port=args.port,
                     token_file=policy.token_file,
                     sockets=sockets,
+                    clients=[(name, client.token) for name, client in hub.clients.items()],
                     allowed_hosts=config.hub.allowed_hosts,
                     max_message_bytes=config.hub.max_message_mb << 20,
                 )
@@ -99,6 +106,21 @@ async def _serve(
                 await run_stdio(server, max_message_bytes=config.hub.max_message_mb << 20)
             tg.cancel_scope.cancel()
     return EXIT_OK
+
+
+def _ensure_client_workspaces(config: Config) -> None:
+    """Create each `[hub.clients.NAME] workspace` (its parent must exist: a typo makes no tree)."""
+    for name, client in config.hub.clients.items():
+        if client.workspace is None:
+            continue
+        try:
+            client.workspace.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create {client.workspace}: {exc.strerror or exc}",
+                path=str(config.path) if config.path else None,
+                key=f"hub.clients.{name}.workspace",
+            ) from None
 
 
 def _sandbox_line(sandbox: dict[str, Any]) -> str:
