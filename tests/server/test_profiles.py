@@ -2,15 +2,15 @@
 
 One hub (a subprocess, as users run it) with two clients: alice (allow globs, her own workspace in
 sandbox mode) and bob (deny globs, his own workspace in rx mode; the hub itself runs in rwx, which
-confines nothing, so another client's workspace is private only to a client in sandbox or rx mode). A stdlib echo server is shared; a second
-copy has `share = "session"`, so its `pid` tool tells which process answered.
+confines nothing, so another client's workspace is private only to a client in sandbox or rx
+mode). A stdlib echo server is shared; a second copy has `share = "session"`, so its `pid` tool
+tells which process answered.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,9 +128,9 @@ async def test_a_session_server_has_one_process_per_session_gone_when_it_ends(hu
         shared = {int(_text(await c.call_tool("mcp__echo__pid", {}))) for c in (first, second)}
         assert one == again and one != two
         assert len(shared) == 1 and one not in shared and two not in shared
-    deadline = time.monotonic() + 15
-    while not (_gone(one) and _gone(two)) and time.monotonic() < deadline:
-        await anyio.sleep(0.1)
+    with anyio.move_on_after(15):
+        while not (_gone(one) and _gone(two)):  # noqa: ASYNC110 - nothing signals another process's death
+            await anyio.sleep(0.1)
     assert _gone(one) and _gone(two), "a session's server outlived its session"
     assert not _gone(shared.pop())
 
