@@ -47,4 +47,6 @@ def test_rwx_mode_says_what_it_leaves_out(tmp_path: Path) -> None:
     assert set(NEW_LAYERS) <= set(layers)
     assert layers["private_tmp"] == "off: rwx mode shares the host's"
     assert layers["protected_names"].startswith("on for the file tools only")
+    assert "protected_names on for the file tools only (.mcp.json" in summary(layers)
+    assert "()" not in summary(layers)  # a state without a reason is not given an empty one
     assert layers["hidden_by_identity"] == "off: rwx mode hides nothing"

@@ -39,11 +39,12 @@ def _secrets(policy: SandboxPolicy, sandbox: Mapping[str, Any], hidden: list[str
 
 
 def summary(layers: Mapping[str, str]) -> str:
-    """The layers in one log line: `name on` or `name off (why)`."""
+    """The layers in one log line: `name on`, `name off (why)`, or `name STATE` for a partial one
+    (`protected_names on for the file tools only (...)`)."""
     parts: list[str] = []
     for name, state in layers.items():
-        on, _, why = state.partition(": ")
-        parts.append(f"{name} {on}" if on == "on" else f"{name} {on} ({why})")
+        on, colon, why = state.partition(": ")
+        parts.append(f"{name} {state}" if not colon else f"{name} {on}" if on == "on" else f"{name} {on} ({why})")
     return "sandbox layers: " + "; ".join(parts)
 
 
