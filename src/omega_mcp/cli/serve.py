@@ -21,7 +21,6 @@ from omega_mcp.cli.common import EXIT_OK, UsageError
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import open_toolbox
 from omega_mcp.config import Config
-from omega_mcp.errors import ConfigError
 from omega_mcp.proxy.spawn import EarlyStarts
 
 __all__ = ["run_serve"]
@@ -54,6 +53,7 @@ async def _serve(
     early: EarlyStarts | None,
     sockets: list[socket.socket],
 ) -> int:
+    from omega_mcp.cli.hub import ensure_client_workspaces
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers, summary
     from omega_mcp.sandbox.servers import confined_servers
@@ -78,7 +78,7 @@ async def _serve(
         )
         profiles = Profiles(policy, hub.clients) if args.http else None
         if profiles is not None:
-            _ensure_client_workspaces(config)
+            ensure_client_workspaces(config)
         server = build_server(
             toolbox,
             catalog=downstreams,
@@ -87,40 +87,30 @@ async def _serve(
             profiles=profiles,
         )
         async with anyio.create_task_group() as tg:
-            tg.start_soon(guard.until_signalled, tg.cancel_scope)
-            if args.http:
+            if profiles is not None:
+                from omega_mcp.cli.hub import drain_on_sigterm, hub_operations, reload_on_sighup
                 from omega_mcp.server.http import serve_http
 
+                tokens, ops = hub_operations(config, server, toolbox, downstreams, policy)
+                tg.start_soon(drain_on_sigterm, guard, ops, hub.drain_seconds, tg.cancel_scope)
+                await tg.start(reload_on_sighup, config, policy, downstreams, tokens, profiles)
                 await serve_http(
                     server,
                     host=args.host,
                     port=args.port,
                     token_file=policy.token_file,
                     sockets=sockets,
-                    clients=[(name, client.token) for name, client in hub.clients.items()],
                     allowed_hosts=config.hub.allowed_hosts,
                     max_message_bytes=config.hub.max_message_mb << 20,
+                    tokens=tokens,
+                    ops=ops,
                 )
             else:
+                tg.start_soon(guard.until_signalled, tg.cancel_scope)
                 logger.info("serving MCP on stdio")
                 await run_stdio(server, max_message_bytes=config.hub.max_message_mb << 20)
             tg.cancel_scope.cancel()
     return EXIT_OK
-
-
-def _ensure_client_workspaces(config: Config) -> None:
-    """Create each `[hub.clients.NAME] workspace` (its parent must exist: a typo makes no tree)."""
-    for name, client in config.hub.clients.items():
-        if client.workspace is None:
-            continue
-        try:
-            client.workspace.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create {client.workspace}: {exc.strerror or exc}",
-                path=str(config.path) if config.path else None,
-                key=f"hub.clients.{name}.workspace",
-            ) from None
 
 
 def _sandbox_line(sandbox: dict[str, Any]) -> str:
