@@ -10,9 +10,13 @@ tells which process answered.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -20,15 +24,42 @@ import pytest
 from mcp import MCPError
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
+from unprivileged_support import unprivileged
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef0123"
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("profiles")
+@pytest.fixture(scope="module", params=["as-root", "unprivileged"])
+def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """The hub as the test runs (root here), and as an unprivileged user (the guarantees must not
+    lean on root): then in a /tmp directory that user owns, since pytest's tmp_path is root's."""
+    preexec: Any = None
+    env = {"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB}
+    if request.param == "unprivileged":
+        user = unprivileged()
+        if user is None:
+            pytest.skip("the suite already runs unprivileged: the first variant is this one")
+        tmp = Path("/tmp") / f"omega-profiles-{uuid.uuid4().hex[:12]}"
+        (tmp / "ws").mkdir(parents=True)
+        for path in (tmp, tmp / "ws"):
+            os.chown(path, user.pw_uid, user.pw_gid)
+        uid, gid = user.pw_uid, user.pw_gid
+        env["HOME"] = str(tmp)
+
+        def preexec() -> None:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+
+        probe = subprocess.run(
+            [sys.executable, "-c", "import omega_mcp"], capture_output=True, preexec_fn=preexec, check=False
+        )
+        if probe.returncode != 0:
+            pytest.skip(f"this checkout is not readable by other users: {probe.stderr.decode()[-200:]}")
+    else:
+        tmp = tmp_path_factory.mktemp("profiles")
     config = tmp / "omega.toml"
     config.write_text(
         f"""
@@ -54,12 +85,14 @@ workspace = "bob"
 mode = "rx"
 """
     )
-    hub = start_hub(tmp, "--config", str(config), env={"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB})
+    hub = start_hub(tmp, "--config", str(config), env=env, preexec_fn=preexec)
     try:
         yield hub
     finally:
         hub.stop()
         log = hub.log.read_text()
+        if request.param == "unprivileged":
+            shutil.rmtree(tmp, ignore_errors=True)
         assert ALICE not in log and BOB not in log, "a client token reached the log"
 
 

@@ -179,16 +179,22 @@ class Operations:
         logger.info("drained (%d request(s) still in flight finish during shutdown)", self.in_flight)
 
 
+_PEEK_BYTES = 64 * 1024
+"""While draining, how much of a session-less request's body is read to tell an `initialize`."""
+
+
 async def _body(receive: Receive) -> tuple[bytes, list[Message]]:
-    """The whole request body, and the messages to replay it to the app."""
+    """The start of the request body (up to `_PEEK_BYTES`: the app's own limit applies to the rest),
+    and the messages read, to replay them to the app."""
     messages: list[Message] = []
-    chunks: list[bytes] = []
-    while True:
+    size = 0
+    while size <= _PEEK_BYTES:
         message = await receive()
         messages.append(message)
-        chunks.append(message.get("body", b""))
+        size += len(message.get("body", b""))
         if message["type"] != "http.request" or not message.get("more_body"):
-            return b"".join(chunks), messages
+            break
+    return b"".join(m.get("body", b"") for m in messages), messages
 
 
 def _opens_session(body: bytes) -> bool:
