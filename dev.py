@@ -2,7 +2,7 @@
 """Developer entry point that needs nothing but Python 3.11+ and pip.
 
     python3 dev.py serve [omega-mcp serve flags]   # make .venv, install, run the hub on ./servers.toml (stdio)
-    python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite
+    python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite (4 workers; -n 0: one)
     python3 dev.py lint                            # ruff check, ruff format --check, pyright
     python3 dev.py --help                          # this text (installs nothing)
 
@@ -50,6 +50,15 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _workers(args: list[str]) -> list[str]:
+    """Four test workers unless the arguments choose (`-n 0` runs in one process): most tests wait on
+    subprocesses, so four keep two cores busy. Whole files go to one worker, so a module's
+    fixtures (the conformance suite's servers) start once."""
+    if any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args) or "no:xdist" in args:
+        return []
+    return ["-n", os.environ.get("OMEGA_TEST_WORKERS", "4"), "--dist", "loadfile"]
+
+
 LINTERS = {
     "ruff check": ["-m", "ruff", "check", "src", "tests", "bench"],
     "ruff format --check": ["-m", "ruff", "format", "--check", "src", "tests", "bench"],
@@ -93,7 +102,7 @@ def main(argv: list[str]) -> int:
         _say("starting the omega-mcp hub on stdio with ./servers.toml (an MCP client speaks on stdin; Ctrl-C stops)")
         args = [str(BIN / "omega-mcp"), "serve", "--config", str(ROOT / "servers.toml"), *rest]
     elif command == "test":
-        args = [str(PYTHON), "-m", "pytest", *rest]
+        args = [str(PYTHON), "-m", "pytest", *_workers(rest), *rest]
     else:
         return lint(env)
     try:

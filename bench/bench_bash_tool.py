@@ -2,8 +2,10 @@
 
 Usage: python bench/bench_bash_tool.py [--runs 100] [--dirs 0 300 3000]
 
-Besides wall time it reports the CPU time (user + system, omega and the command's processes) each
-call costs: on a shared, busy machine that is the steadier number to compare two versions by.
+Besides wall time it reports the CPU time (user + system, of omega and the children it reaped) each
+call costs: on a shared, busy machine that is the steadier number to compare two versions by. Where
+bash starts through the bash zygote its processes are the zygote's, not omega's, so their CPU time is
+not in it: compare two such versions by it, or compare wall time.
 
 Unlike `bench_trampoline.py` (the launch alone), this is the whole call a client pays for: the
 Toolbox route, the session's private world, the protected-names check before and after the

@@ -53,6 +53,7 @@ from omega_mcp.errors import (
 )
 from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
+from omega_mcp.sandbox import zygote_client
 from omega_mcp.sandbox.approvals import Approver, Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.world import Worlds
@@ -191,6 +192,7 @@ class Toolbox(AsyncContextManagerMixin):
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         self._workplaces.own.prime()  # the first look walks the write roots: not in the first bash call
+        zygote_client.prestart()  # the bash launcher, likewise
         try:
             async with self._shells:
                 yield self

@@ -9,6 +9,7 @@ warnings do not).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -37,19 +38,27 @@ def install() -> Path:
         pytest.skip("the conformance suite needs npm (not installed)")
     prefix = Path.home() / ".cache" / "omega-mcp" / "conformance" / SUITE.rsplit("@", 1)[1]
     entry = prefix / "node_modules" / ".bin" / "conformance"
-    if not (entry.exists() and (prefix / "node_modules" / "node" / "bin" / "node").exists()):
-        prefix.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), NODE, SUITE],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            if re.search(r"ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|network", done.stderr):
-                pytest.skip(f"the npm registry is unreachable, cannot install {SUITE}: {done.stderr.strip()[-200:]}")
-            raise RuntimeError(f"npm install {SUITE} failed:\n{done.stderr[-2000:]}")
+    prefix.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest-xdist) may install at once: one installs, the others wait for it.
+    with (prefix.parent / f"{prefix.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (entry.exists() and (prefix / "node_modules" / "node" / "bin" / "node").exists()):
+            _npm_install(npm, prefix)
     return entry
+
+
+def _npm_install(npm: str, prefix: Path) -> None:
+    """`npm install` the suite and its node 22 into `prefix`; skips when the registry is unreachable."""
+    done = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), NODE, SUITE],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        if re.search(r"ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|network", done.stderr):
+            pytest.skip(f"the npm registry is unreachable, cannot install {SUITE}: {done.stderr.strip()[-200:]}")
+        raise RuntimeError(f"npm install {SUITE} failed:\n{done.stderr[-2000:]}")
 
 
 def node_env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The trust boundary around bash: no network in sandbox mode, no host UNIX sockets, no secrets.
 
-Each command runs as the bash tool runs it (`bash_launch`'s argv, new session, stdin /dev/null,
-stderr into stdout). Servers the tests start run on the host, outside bash's namespaces; sockets
+Each command runs as the bash tool runs it (through the bash zygote, `launch_support`: new session,
+stdin /dev/null, stderr into stdout). Servers the tests start run on the host, outside bash's namespaces; sockets
 meant to be "outside the write roots" live in a directory under /var/tmp, which no policy here
 makes writable (tmp_path is under /tmp, so it is not used for them).
 """
@@ -12,7 +12,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
+import launch_support
 from omega_mcp.builtin.read import read_file
 from omega_mcp.builtin.schemas import ReadArgs
 from omega_mcp.config import load_config
@@ -55,22 +55,7 @@ def _policy(tmp_path: Path, **changes: Any) -> SandboxPolicy:
 
 def _output(policy: SandboxPolicy, command: str) -> str:
     """stdout+stderr of `command`, run like the bash tool (its process group killed afterwards)."""
-    launch = bash_launch(policy, command)
-    process = subprocess.Popen(
-        launch.argv,
-        env=launch.env,
-        cwd=launch.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = process.communicate(timeout=_BOUND_SECONDS)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-    return out.decode(errors="replace")
+    return launch_support.output(policy, command)
 
 
 def _python(code: str) -> str:
@@ -321,7 +306,7 @@ def _policy_from(tmp_path: Path, toml: str) -> SandboxPolicy:
 
 async def test_unhide_lets_bash_and_read_see_a_default_again(tmp_path: Path, fake_home: Path) -> None:
     policy = _policy_from(tmp_path, '[sandbox]\nunhide = ["~/.ssh"]\n')
-    out = _output(policy, f"cat {fake_home / '.ssh' / 'id_rsa'}; cat {fake_home / '.netrc'}")
+    _, out = await launch_support.run_async(policy, f"cat {fake_home / '.ssh' / 'id_rsa'}; cat {fake_home / '.netrc'}")
     assert "SSH-SECRET" in out
     assert "NETRC-SECRET" not in out
     result = await read_file(policy, ReadArgs(file_path=str(fake_home / ".ssh" / "id_rsa")))
@@ -330,7 +315,9 @@ async def test_unhide_lets_bash_and_read_see_a_default_again(tmp_path: Path, fak
 
 async def test_hide_adds_a_directory(tmp_path: Path, fake_home: Path) -> None:
     policy = _policy_from(tmp_path, '[sandbox]\nhide = ["~/secret-dir"]\n')
-    out = _output(policy, f'cat {fake_home / "secret-dir" / "notes"}; echo "ls=[$(ls -A {fake_home / "secret-dir"})]"')
+    _, out = await launch_support.run_async(
+        policy, f'cat {fake_home / "secret-dir" / "notes"}; echo "ls=[$(ls -A {fake_home / "secret-dir"})]"'
+    )
     assert "ls=[]" in out, out
     assert "EXTRA-SECRET" not in out
     message = await _read_denied(policy, fake_home / "secret-dir" / "notes")

@@ -1,8 +1,9 @@
-"""bash under the OS sandbox, as real subprocesses started from `bash_launch`'s argv.
+"""bash under the OS sandbox, as real processes started the way the bash tool starts them.
 
-Each command is spawned the way the bash tool does it (new session, stdin /dev/null, stderr into
-stdout); a timeout kills the process group. Survivors are found by a unique `sleep` argument in
-/proc/*/cmdline.
+Each command runs through the bash zygote, as the bash tool runs it (`launch_support`: new
+session, stdin /dev/null, stderr into stdout); a timeout kills the process group. Survivors are
+found by a unique `sleep` argument in /proc/*/cmdline. A few tests start the trampoline (which
+confined stdio servers use) from `bash_launch`'s argv.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
+import launch_support
 from omega_mcp.errors import SandboxUnavailableError
 from omega_mcp.sandbox import exec as trampoline
 from omega_mcp.sandbox import probe
@@ -51,30 +52,8 @@ def _policy(tmp_path: Path, **changes: Any) -> SandboxPolicy:
 
 
 def _run(policy: SandboxPolicy, command: str, timeout: float = _BOUND_SECONDS) -> tuple[int, str]:
-    """Run like the bash tool: wait for the trampoline, then kill its group (leftovers included)."""
-    launch = bash_launch(policy, command)
-    process = subprocess.Popen(
-        launch.argv,
-        env=launch.env,
-        cwd=launch.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    stdout = process.stdout
-    assert stdout is not None
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=lambda: chunks.append(stdout.read()))
-    reader.start()
-    try:
-        code = process.wait(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        reader.join(timeout=_BOUND_SECONDS)
-        stdout.close()
-    return code, b"".join(chunks).decode(errors="replace")
+    """Run like the bash tool: wait for the command, then kill its group (leftovers included)."""
+    return launch_support.run(policy, command, timeout)
 
 
 def _output(policy: SandboxPolicy, command: str) -> str:
@@ -311,19 +290,10 @@ def test_env_passthrough_passes_one_through(tmp_path: Path, monkeypatch: pytest.
 async def test_process_count_is_capped_and_the_next_command_works(tmp_path: Path) -> None:
     policy = _policy(tmp_path, max_processes=40)
     marker = _marker()
-    launch = bash_launch(policy, f"for i in $(seq 2000); do sleep {marker} & done; echo finished")
     seen = b""
     try:
-        async with await anyio.open_process(
-            list(launch.argv),
-            env=launch.env,
-            cwd=launch.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        ) as process:
-            assert process.stdout is not None
+        process = await launch_support.start(policy, f"for i in $(seq 2000); do sleep {marker} & done; echo finished")
+        try:
             capped = False
             try:
                 with anyio.fail_after(_BOUND_SECONDS):
@@ -336,13 +306,15 @@ async def test_process_count_is_capped_and_the_next_command_works(tmp_path: Path
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
+        finally:
+            await process.aclose()
         assert capped, f"fork never failed: {seen[-200:]!r}"
         # pid_max = max_processes + 300 in the namespace: never anywhere near 2000.
         assert 40 <= count <= 40 + 300, count
         _wait_for(lambda: not _with_marker(marker), "the capped processes to die")
     finally:
         _kill_leftovers(marker)
-    code, out = _run(policy, "echo next")
+    code, out = await launch_support.run_async(policy, "echo next")
     assert (code, out) == (0, "next\n")
 
 
@@ -387,60 +359,56 @@ def test_setsid_child_does_not_survive_the_command(tmp_path: Path) -> None:
         _kill_leftovers(marker)
 
 
-def test_leftovers_die_by_themselves_when_nobody_kills_the_group(tmp_path: Path) -> None:
+async def test_leftovers_die_by_themselves_when_nobody_kills_the_group(tmp_path: Path) -> None:
     marker = _marker()
-    launch = bash_launch(_policy(tmp_path), _detached_sleep(marker))
     try:
-        done = subprocess.run(
-            launch.argv,
-            env=launch.env,
-            cwd=launch.cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            start_new_session=True,
-            timeout=_BOUND_SECONDS,
-            check=False,
-        )
-        assert (done.returncode, done.stdout) == (0, b"started\n")
+        process = await launch_support.start(_policy(tmp_path), _detached_sleep(marker))
+        try:
+            with anyio.fail_after(_BOUND_SECONDS):
+                out = b"".join([chunk async for chunk in process.stdout])
+                assert (await process.wait(), out) == (0, b"started\n")
+        finally:
+            await process.aclose()  # closes our ends only: nobody kills the group
         _wait_for(lambda: not _with_marker(marker), "the leftover to die", bound=trampoline.LINGER_SECONDS + 5)
     finally:
         _kill_leftovers(marker)
 
 
 @pytest.mark.parametrize("kill", ["group", "leader"])
-def test_setsid_child_does_not_survive_a_kill(tmp_path: Path, kill: str) -> None:
+async def test_setsid_child_does_not_survive_a_kill(tmp_path: Path, kill: str) -> None:
     marker, fg = _marker(), _marker()
-    launch = bash_launch(_policy(tmp_path), f"setsid sleep {marker} & sleep {fg}")
-    process = subprocess.Popen(
-        launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    process = await launch_support.start(_policy(tmp_path), f"setsid sleep {marker} & sleep {fg}")
     try:
         _wait_for(lambda: _with_marker(marker) and _with_marker(fg), "the sleeps to start")
         if kill == "group":
             os.killpg(process.pid, signal.SIGKILL)  # what the bash tool does on timeout
         else:
-            os.kill(process.pid, signal.SIGKILL)  # only the trampoline: PDEATHSIG must do the rest
-        process.wait(timeout=_BOUND_SECONDS)
+            os.kill(process.pid, signal.SIGKILL)  # only the command's PID 1: its namespace dies with it
+        with anyio.fail_after(_BOUND_SECONDS):
+            assert await process.wait() == -signal.SIGKILL
         _wait_for(lambda: not _with_marker(marker) and not _with_marker(fg), "the tree to die")
     finally:
+        await process.aclose()
         _kill_leftovers(marker)
         _kill_leftovers(fg)
 
 
 _SERVER = """
-import json, subprocess, sys
+import json, sys
 from pathlib import Path
+import anyio
+from omega_mcp.sandbox import zygote_client
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
 paths, command = json.loads(sys.argv[1]), sys.argv[2]
 policy = SandboxPolicy(mode="sandbox", **{k: Path(v) for k, v in paths.items()})
-launch = bash_launch(policy, command)
-subprocess.Popen(
-    launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-    start_new_session=True,
-)
-print("spawned", flush=True)
-sys.stdin.read()
+
+async def main():
+    await zygote_client.start(bash_launch(policy, command))
+    print("spawned", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.read)
+
+anyio.run(main)
 """
 
 
@@ -467,7 +435,7 @@ def test_nothing_outlives_a_crashed_server(tmp_path: Path) -> None:
 def test_the_command_sees_its_own_pid_namespace(tmp_path: Path) -> None:
     code, out = _run(_policy(tmp_path), "echo $$; kill -TERM $$; echo not-reached")
     assert out == "2\n"
-    assert code == -signal.SIGTERM  # the trampoline dies of the same signal as bash
+    assert code == -signal.SIGTERM  # reported as bash's own death by that signal
 
 
 # --- availability ----------------------------------------------------------------------------

@@ -14,9 +14,8 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx2
@@ -35,7 +34,7 @@ BOB = "bob-token-0123456789abcdef0123"
 def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     """The hub as the test runs (root here), and as an unprivileged user (the guarantees must not
     lean on root): then in a /tmp directory that user owns, since pytest's tmp_path is root's."""
-    preexec: Any = None
+    preexec: Callable[[], None] | None = None
     env = {"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB}
     if request.param == "unprivileged":
         user = unprivileged()
@@ -48,10 +47,12 @@ def hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         uid, gid = user.pw_uid, user.pw_gid
         env["HOME"] = str(tmp)
 
-        def preexec() -> None:
+        def become_user() -> None:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
+
+        preexec = become_user
 
         probe = subprocess.run(
             [sys.executable, "-c", "import omega_mcp"], capture_output=True, preexec_fn=preexec, check=False

@@ -24,8 +24,9 @@ from omega_mcp.builtin.notes import with_note
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import MAX_BASH_TIMEOUT_SECONDS, BashArgs
 from omega_mcp.results import text_result
+from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.sandbox.processes import group_alive, terminate_group
+from omega_mcp.sandbox.processes import terminate_group, tree_alive
 from omega_mcp.sandbox.tracker import ProtectedTree
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class _Outcome:
     returncode: int | None
     timed_out: bool
     lingering: bool
+    launcher_died: bool = False
 
 
 async def _supervise(process: Process, buffer: OutputBuffer, timeout_seconds: float) -> _Outcome:
@@ -54,7 +56,7 @@ async def _supervise(process: Process, buffer: OutputBuffer, timeout_seconds: fl
             await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):
             await eof.wait()
-        if not eof.is_set() or group_alive(process.pid):
+        if not eof.is_set() or tree_alive(process):
             # Children outlived bash (or escaped the kill): stop them, take a last bounded read.
             lingering = not timed_out
             await terminate_group(process.pid)
@@ -65,11 +67,14 @@ async def _supervise(process: Process, buffer: OutputBuffer, timeout_seconds: fl
                 await process.wait()
         tg.cancel_scope.cancel()
     buffer.close()
-    return _Outcome(process.returncode, timed_out, lingering)
+    died = isinstance(process, ConfinedProcess) and process.launcher_died
+    return _Outcome(process.returncode, timed_out, lingering, died)
 
 
 def _format(text: str, outcome: _Outcome, timeout_seconds: float) -> types.CallToolResult:
     notes: list[str] = []
+    if outcome.launcher_died:
+        notes.append("[the sandbox launcher died, and the command with it; the next bash call starts a new launcher]")
     if outcome.timed_out:
         notes.append(f"[timed out after {timeout_seconds:g} s; the process tree was killed]")
     elif outcome.lingering:

@@ -1,8 +1,9 @@
 """One bash process under the sandbox, shared by the `bash` tool (`bash.py`) and background shells (`shells.py`).
 
-bash is started exactly as `sandbox.launch.bash_launch` says, in its own session (so its process
-group is the kill unit, see `sandbox/processes.py`), with stdin from /dev/null and stdout+stderr on
-one pipe (output stays in order); `pump_output` streams that pipe into a bounded `OutputBuffer`.
+bash is started exactly as `sandbox.launch.bash_launch` says (through the bash zygote where the
+plan has namespaces, `sandbox/zygote_client.py`, else through the trampoline), in its own session
+(so its process group is the kill unit, see `sandbox/processes.py`), with stdin from /dev/null and
+stdout+stderr on one pipe (output stays in order); `pump_output` streams that pipe into a bounded `OutputBuffer`.
 Leaving `open_bash` kills the group and reaps bash, shielded and with every step bounded, so a
 cancelled caller never leaves processes behind. A command too long for one argv string runs from a
 private 0600 file instead.
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -25,9 +27,10 @@ from anyio.abc import Process
 
 from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.errors import ToolError
-from omega_mcp.sandbox.launch import bash_launch
+from omega_mcp.sandbox import zygote_client
+from omega_mcp.sandbox.launch import BashLaunch, bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.sandbox.processes import open_group, terminate_group
+from omega_mcp.sandbox.processes import open_group, terminate_tree
 
 __all__ = ["DRAIN_SECONDS", "REAP_SECONDS", "describe_exit", "open_bash", "pump_output"]
 
@@ -88,23 +91,36 @@ async def _command_file(policy: SandboxPolicy, command: str) -> AsyncGenerator[P
 
 
 @asynccontextmanager
-async def _launch_argv(
-    policy: SandboxPolicy, command: str, protected: Sequence[str]
-) -> AsyncGenerator[tuple[tuple[str, ...], dict[str, str], Path]]:
+async def _launch(policy: SandboxPolicy, command: str, protected: Sequence[str]) -> AsyncGenerator[BashLaunch]:
     if len(command.encode("utf-8", "surrogateescape")) <= _HUGE_COMMAND_BYTES:  # checked encodable
-        launch = bash_launch(policy, command, protected)
-        yield launch.argv, launch.env, launch.cwd
+        yield bash_launch(policy, command, protected)
         return
     async with _command_file(policy, command) as path:
         launch = bash_launch(policy, command, protected)
-        argv = launch.argv
-        if argv[-2:] == ("-c", command):
-            argv = (*argv[:-2], str(path))  # `bash [options] FILE` runs the script file
+        if launch.argv[-2:] == ("-c", command) and launch.program[-2:] == ("-c", command):
+            # `bash [options] FILE` runs the script file
+            launch = replace(launch, argv=(*launch.argv[:-2], str(path)), program=(*launch.program[:-2], str(path)))
         else:
             # An argv shape we do not know (e.g. a wrapper): let the shell source the file instead.
             launch = bash_launch(policy, f". {shlex.quote(str(path))}", protected)
-            argv = launch.argv
-        yield argv, launch.env, launch.cwd
+        yield launch
+
+
+async def _start(launch: BashLaunch) -> Process:
+    """Through the bash zygote when the plan allows it (namespaces), else through the trampoline."""
+    if launch.zygote:
+        return await zygote_client.start(launch)
+    try:
+        return await open_group(
+            launch.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=launch.env,
+            cwd=launch.cwd,
+        )
+    except OSError as exc:
+        raise ToolError(f"Could not start bash ({launch.argv[0]}) in {launch.cwd}: {exc.strerror or exc}.") from exc
 
 
 def _check_command(command: str) -> None:
@@ -139,18 +155,13 @@ async def open_bash(policy: SandboxPolicy, command: str, protected: Sequence[str
             f"Cannot create the workspace directory {policy.workspace}: {exc.strerror or exc}. "
             "Check the configured workspace path."
         ) from exc
-    async with _launch_argv(policy, command, protected) as (argv, env, cwd):
-        try:
-            process = await open_group(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd
-            )
-        except OSError as exc:
-            raise ToolError(f"Could not start bash ({argv[0]}) in {cwd}: {exc.strerror or exc}.") from exc
+    async with _launch(policy, command, protected) as launch:
+        process = await _start(launch)
         try:
             yield process
         finally:
             with anyio.CancelScope(shield=True):
-                await terminate_group(process.pid)  # the leader's pid is the group id (new session)
+                await terminate_tree(process)  # the leader's pid is the group id (new session)
                 with anyio.move_on_after(REAP_SECONDS):
                     # Closes our pipe end too, so a kill survivor holding it cannot block us.
                     await process.aclose()

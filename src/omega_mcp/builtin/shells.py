@@ -38,8 +38,9 @@ from omega_mcp.builtin.output import OutputBuffer
 from omega_mcp.builtin.schemas import BashOutputArgs, KillShellArgs
 from omega_mcp.errors import ToolError
 from omega_mcp.results import text_result
+from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.policy import MAX_SHELLS_PER_SESSION, SandboxPolicy
-from omega_mcp.sandbox.processes import group_alive, terminate_group
+from omega_mcp.sandbox.processes import terminate_group, tree_alive
 from omega_mcp.sandbox.tracker import ProtectedTree, Run, Undone
 
 __all__ = ["MAX_RUNNING_SHELLS", "NO_SESSION", "ShellRegistry", "bash_output", "kill_shell"]
@@ -97,6 +98,8 @@ class _Shell:
             )
         if self.timed_out:
             return f"timed out after {self.timeout_seconds:g} s; the process tree was killed"
+        if isinstance(self.process, ConfinedProcess) and self.process.launcher_died:
+            return "killed: the sandbox launcher died (the next bash call starts a new one)"
         if self.returncode is None:
             return "exited (status unknown)"
         if self.returncode < 0:
@@ -324,7 +327,7 @@ async def _follow(shell: _Shell, process: Process) -> None:
             await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):
             await eof.wait()
-        if not eof.is_set() or group_alive(process.pid):
+        if not eof.is_set() or tree_alive(process):
             shell.lingering = True
             await terminate_group(process.pid)
         with anyio.move_on_after(DRAIN_SECONDS):

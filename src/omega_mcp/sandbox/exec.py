@@ -1,21 +1,23 @@
-"""The bash exec trampoline: `exec.main([OPTIONS..., "--", PROGRAM, ARGS...])` in `python -I -S`.
+"""The exec trampoline: `exec.main([OPTIONS..., "--", PROGRAM, ARGS...])` in `python -I -S`.
 
-The server starts every bash command through this file (argv built by `launch.bash_launch`); it
-sets the process up and `execve`s PROGRAM, in this order: die with the server (PDEATHSIG), close
-stray fds, rlimits, then optionally user+PID+mount namespaces (this process stays outside as a
-tiny supervisor; its child is the namespace's PID 1, non-dumpable, and runs PROGRAM as PID 2;
-killing the supervisor or PID 1 kills the whole tree, `setsid` children included; root becomes an
-unprivileged uid inside, `private.map_ids`), with `--netns` a network namespace of its own too
-(loopback only), read-only binds over omega's own files and the protected names (`--readonly`),
-`--private-tmp` (the session's directory `--tmp-source`, or an empty tmpfs, over /tmp, its `--rw`
-roots inside bound back), `--hide` paths and (`--hide-sockets`) the host's UNIX sockets outside the
-`--rw` roots covered, `--private-dev` (a minimal /dev, its own pts and /dev/shm), then a fresh
-session keyring, Landlock, exec. The steps are functions a forked child can call in order: per
-session (`map_ids`, the mounts) and per call (rlimits, keyring, Landlock, exec). Stdlib only and no
-package import: it runs without `site` and every command pays its start-up time; `landlock.py`,
-`mounts.py` (PID 1's mounts) and `private.py` are imported from this directory. Any failure prints
-`omega-mcp sandbox: ...` and exits 125 before the command runs. `--probe` reports what this machine
-supports instead. `probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too, only slower).
+Confined stdio servers start through this file (argv built by `launch.confined_argv`), and so does
+bash where it gets no namespaces (elsewhere the bash zygote, `zygote.py`, applies the same options
+with the same steps, parsed here); it sets the process up and `execve`s PROGRAM, in this order: die
+with the server (PDEATHSIG), close stray fds, rlimits, then optionally user+PID+mount namespaces
+(this process stays outside as a tiny supervisor; its child is the namespace's PID 1, non-dumpable,
+and runs PROGRAM as PID 2; killing the supervisor or PID 1 kills the whole tree, `setsid` children
+included; root becomes an unprivileged uid inside, `private.map_ids`), with `--netns` a network
+namespace of its own too (loopback only), read-only binds over omega's own files and the protected
+names (`--readonly`), `--private-tmp` (the session's directory `--tmp-source`, or an empty tmpfs,
+over /tmp, its `--rw` roots inside bound back), `--hide` paths and (`--hide-sockets`) the host's
+UNIX sockets outside the `--rw` roots covered, `--private-dev` (a minimal /dev, its own pts and
+/dev/shm), then a fresh session keyring, Landlock, exec. The steps are functions a forked child can
+call in order: per session (`map_ids`, the mounts) and per call (rlimits, keyring, Landlock, exec).
+Stdlib only and no package import: it runs without `site`, and each start pays an interpreter's
+start-up time; `landlock.py`, `mounts.py` (PID 1's mounts), `private.py` and `reaper.py` (PID 1's
+reaping) are imported from this directory. Any failure prints `omega-mcp sandbox: ...` and exits 125
+before the command runs. `--probe` reports what this machine supports instead.
+`probe.TRAMPOLINE_ARGV` starts it (`python -I -S exec.py` works too, only slower).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock, mounts, private
+    from omega_mcp.sandbox import landlock, mounts, private, reaper
 elif __package__:  # imported as part of the package (tests, the launcher)
-    from omega_mcp.sandbox import landlock, mounts, private
+    from omega_mcp.sandbox import landlock, mounts, private, reaper
 else:
     # Not `import omega_mcp...`: without site-packages the package is not importable, and its
     # __init__ may pull in the whole server. The sibling file is stdlib-only by contract.
@@ -37,12 +39,12 @@ else:
     import landlock
     import mounts
     import private
+    import reaper
 
-EXIT_SANDBOX_FAILURE = 125
+EXIT_SANDBOX_FAILURE = reaper.EXIT_SANDBOX_FAILURE
 """Exit status when the sandbox could not be set up (the command did not run)."""
-LINGER_SECONDS = 3.0
-"""How long background leftovers may outlive the command when nobody kills them first (the bash
-tool drains their output for 1.5 s, then kills the group)."""
+LINGER_SECONDS = reaper.LINGER_SECONDS
+"""How long background leftovers may outlive the command when nobody kills them first."""
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
@@ -51,19 +53,25 @@ _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 # Signal numbers (identical on Linux and macOS for these); the `signal` module costs ~5 ms (enum).
 _SIGINT, _SIGKILL, _SIGPIPE, _SIGXFSZ = 2, 9, 13, 25
+DEFAULT_SIGNALS = (_SIGINT, _SIGPIPE, _SIGXFSZ)
+"""Signals a command must start with at their default action (CPython ignores or handles them)."""
 _RLIMITS = private.RLIMITS
+FLAGS = ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets", "--private-dev", "--keep-program")
+"""The options that take no value."""
+CALL_OPTIONS = frozenset({"--parent-pid", "--nproc-headroom", "--pid-max", "--readonly"})
+"""The options each command has of its own (limits, the protected names that exist now); every other
+option describes what all the commands of a client session share: the bash zygote prepares that once
+per session (`zygote.py`) and keys its sessions by it."""
 
 
-def _prctl(option: int, arg: int) -> int:
-    c_ulong = landlock.c_ulong
-    return landlock.libc_function("prctl")(option, c_ulong(arg), c_ulong(0), c_ulong(0), c_ulong(0))
+prctl = reaper.prctl
 
 
-class _Failure(Exception):
+class SetupFailure(Exception):
     """Setup failed; the message is shown to the model as the command's output."""
 
 
-class _Spec:
+class Spec:
     """The parsed command line."""
 
     def __init__(self) -> None:
@@ -88,21 +96,56 @@ class _Spec:
         self.keep_program = False
         self.command: list[str] = []
 
+    def for_command(self, argv: list[str]) -> Spec:
+        """A command of this (the session's) spec: `argv` holds only `CALL_OPTIONS`, `--` and the
+        command; the rest is this spec's (the bash zygote keeps a session's spec and gets only these).
 
-def parse(argv: list[str]) -> _Spec:
-    """Parse trampoline options (see `launch._trampoline_argv` for the producer).
+        Raises:
+            ValueError: an option that is not a `CALL_OPTIONS` one, or as for `parse`.
+        """
+        head = argv[: argv.index("--")] if "--" in argv else argv
+        extra = [option for option in head[::2] if option not in CALL_OPTIONS]
+        if extra:
+            raise ValueError(f"{extra[0]!r} is not an option of one command")
+        spec = parse(argv)
+        for name in _SESSION_FIELDS:
+            setattr(spec, name, getattr(self, name))
+        return spec
+
+
+_SESSION_FIELDS = (
+    "rlimits",
+    "pidns",
+    "netns",
+    "binds",
+    "landlock_abi",
+    "writable",
+    "devices",
+    "deny_tcp",
+    "hide",
+    "hide_sockets",
+    "private_tmp",
+    "tmp_source",
+    "private_dev",
+    "keep_program",
+)
+"""What the commands of one zygote session share: every option but `CALL_OPTIONS`."""
+
+
+def parse(argv: list[str]) -> Spec:
+    """Parse trampoline options (see `launch._trampoline_options` for the producer).
 
     Raises:
         ValueError: an unknown option, a missing value, or no command after `--`.
     """
-    spec = _Spec()
+    spec = Spec()
     i = 0
     while i < len(argv):
         opt = argv[i]
         if opt == "--":
             spec.command = argv[i + 1 :]
             break
-        if opt in ("--probe", "--pidns", "--deny-tcp", "--netns", "--hide-sockets", "--private-dev", "--keep-program"):
+        if opt in FLAGS:
             setattr(spec, opt[2:].replace("-", "_"), True)
             i += 1
             continue
@@ -144,40 +187,40 @@ def parse(argv: list[str]) -> _Spec:
     return spec
 
 
-def _errno_fail(what: str) -> _Failure:
+def errno_failure(what: str) -> SetupFailure:
     err = landlock.get_errno()
-    return _Failure(f"{what}: {os.strerror(err)}")
+    return SetupFailure(f"{what}: {os.strerror(err)}")
 
 
-def _default_signal(signum: int) -> None:
+def default_signal(signum: int) -> None:
     # libc signal(2) directly: exec keeps ignored signals ignored, and CPython ignores SIGPIPE and
     # SIGXFSZ, so without this `yes | head` errors with EPIPE and file-size limits never kill.
     landlock.libc_function("signal")(signum, landlock.c_void_p(0))
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if _prctl(_PR_SET_PDEATHSIG, _SIGKILL):
-        raise _errno_fail("prctl(PR_SET_PDEATHSIG)")
+def die_with_parent(parent_pid: int) -> None:
+    if prctl(_PR_SET_PDEATHSIG, _SIGKILL):
+        raise errno_failure("prctl(PR_SET_PDEATHSIG)")
     if parent_pid and os.getppid() != parent_pid:
-        raise _Failure("the server exited before the command started")
+        raise SetupFailure("the server exited before the command started")
 
 
-def _set_rlimits(spec: _Spec) -> None:
+def set_limits(spec: Spec) -> None:
     try:
         private.set_rlimits(spec.rlimits, spec.nproc_headroom)
     except (OSError, ValueError, OverflowError) as exc:
-        raise _Failure(str(exc)) from None
+        raise SetupFailure(str(exc)) from None
 
 
-def _unshare_namespaces(*, net: bool = False) -> None:
+def unshare_namespaces(*, net: bool = False) -> None:
     uid, gid = os.geteuid(), os.getegid()
     flags = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWNET if net else 0)
     if landlock.libc_function("unshare")(flags):
-        raise _errno_fail(f"unshare(user, pid, mount{', network' if net else ''} namespaces)")
+        raise errno_failure(f"unshare(user, pid, mount{', network' if net else ''} namespaces)")
     try:
         private.map_ids(uid, gid)
     except OSError as exc:
-        raise _Failure(f"user namespace id map: {exc}") from None
+        raise SetupFailure(f"user namespace id map: {exc}") from None
 
 
 def _fork_supervised() -> int:
@@ -197,11 +240,11 @@ def _fork_supervised() -> int:
         _supervise(pid, status_r)
     os.close(alive_w)
     os.close(status_r)
-    if _prctl(_PR_SET_PDEATHSIG, _SIGKILL):
-        raise _errno_fail("prctl(PR_SET_PDEATHSIG)")
+    if prctl(_PR_SET_PDEATHSIG, _SIGKILL):
+        raise errno_failure("prctl(PR_SET_PDEATHSIG)")
     # Nothing in the namespace may ptrace its init (to disarm the death signal and outlive omega).
     if not private.undumpable():
-        raise _errno_fail("prctl(PR_SET_DUMPABLE)")
+        raise errno_failure("prctl(PR_SET_DUMPABLE)")
     # The supervisor may have died before PDEATHSIG was armed: its pipe end is then closed.
     os.set_blocking(alive_r, False)
     try:
@@ -215,7 +258,7 @@ def _fork_supervised() -> int:
 
 
 def _die_like(signum: int) -> None:
-    _default_signal(signum)
+    default_signal(signum)
     os.kill(os.getpid(), signum)
     os._exit(128 + signum)  # only if the signal did not kill (e.g. it is SIGCHLD-like)
 
@@ -242,69 +285,7 @@ def _supervise(pid: int, status_r: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _fork_init(status_w: int) -> None:
-    """Stay PID 1 (reaping orphans) and return in a child, which runs the command as PID 2.
-
-    The kernel drops default-action signals sent to a namespace's PID 1 from inside it, so a
-    command running as PID 1 could not `kill $$`, nor die of SIGPIPE or SIGXFSZ. When the command
-    exits, its status goes to the supervisor (which exits with it at once) while PID 1 keeps the
-    namespace, and so any background leftovers, for at most `LINGER_SECONDS`: the caller sees them
-    as its process group still alive, may drain their output, and kills the group (PID 1
-    included, which ends the namespace). Without a caller that lingers, they die on the deadline.
-    """
-    pid = os.fork()
-    if pid == 0:
-        return
-    try:  # never hold the caller's pipe: its EOF must mean "no leftovers write to it"
-        devnull = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-    except OSError:
-        pass
-    while True:
-        try:
-            reaped, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(EXIT_SANDBOX_FAILURE)
-        if reaped == pid:
-            break
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-        leftovers = True
-    except ChildProcessError:
-        leftovers = False
-    if leftovers:
-        # Disarm PDEATHSIG: the supervisor exits as soon as it reads the record.
-        _prctl(_PR_SET_PDEATHSIG, 0)
-    if os.WIFSIGNALED(status):
-        record = b"s" + bytes([os.WTERMSIG(status)])
-    else:
-        record = b"x" + bytes([os.waitstatus_to_exitcode(status) & 0xFF])
-    os.write(status_w, record + bytes([leftovers]))
-    os.close(status_w)
-    if leftovers:
-        _linger()
-    os._exit(0)
-
-
-def _linger() -> None:
-    import time
-
-    deadline = time.monotonic() + LINGER_SECONDS
-    while True:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass  # reap every orphan that has exited
-        except ChildProcessError:
-            break  # nothing left in the namespace
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
-    os._exit(0)  # as PID 1: the kernel kills whatever is left
-
-
-def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
+def _setup_pid1(spec: Spec, sockets: list[str] | None = None) -> bool:
     """Inside the namespaces (`mounts.setup`); returns whether the private /proc could be mounted."""
     try:
         hide, tmp = (spec.hide, sockets or []), (spec.private_tmp, spec.command if spec.keep_program else [])
@@ -320,17 +301,17 @@ def _setup_pid1(spec: _Spec, sockets: list[str] | None = None) -> bool:
             devices=spec.devices if spec.private_dev else None,
         )
     except OSError as exc:
-        raise _Failure(exc.strerror or str(exc)) from None
+        raise SetupFailure(exc.strerror or str(exc)) from None
 
 
-def run(spec: _Spec) -> None:
-    """Set everything up and exec `spec.command`; returns only by raising `_Failure`."""
-    for signum in (_SIGINT, _SIGPIPE, _SIGXFSZ):
-        _default_signal(signum)
+def run(spec: Spec) -> None:
+    """Set everything up and exec `spec.command`; returns only by raising `SetupFailure`."""
+    for signum in DEFAULT_SIGNALS:
+        default_signal(signum)
     os.closerange(3, 2**31 - 1)  # fds a caller leaked must not outlive the sandbox boundary
     if spec.parent_pid:
-        _die_with_parent(spec.parent_pid)
-    _set_rlimits(spec)
+        die_with_parent(spec.parent_pid)
+    set_limits(spec)
     status_w: int | None = None
     if spec.pidns:
         sockets = None
@@ -338,12 +319,12 @@ def run(spec: _Spec) -> None:
             try:
                 sockets = mounts.host_sockets(spec.writable, spec.hide)
             except OSError as exc:
-                raise _Failure(f"cannot list the host's UNIX sockets to hide them: {exc.strerror}") from None
-        _unshare_namespaces(net=spec.netns)
+                raise SetupFailure(f"cannot list the host's UNIX sockets to hide them: {exc.strerror}") from None
+        unshare_namespaces(net=spec.netns)
         status_w = _fork_supervised()
         _setup_pid1(spec, sockets)
     elif spec.netns or spec.hide or spec.hide_sockets or spec.private_tmp or spec.read_only or spec.private_dev:
-        raise _Failure("--netns, --hide, --hide-sockets, --private-tmp, --readonly and --private-dev need --pidns")
+        raise SetupFailure("--netns, --hide, --hide-sockets, --private-tmp, --readonly and --private-dev need --pidns")
     # The user's login keys (the kernel's session keyring) are not for the command to use.
     private.join_session_keyring()
     if spec.landlock_abi:
@@ -352,14 +333,14 @@ def run(spec: _Spec) -> None:
                 spec.landlock_abi, writable=spec.writable, devices=spec.devices, deny_tcp=spec.deny_tcp
             )
         except OSError as exc:
-            raise _Failure(f"Landlock: {exc.strerror or exc}") from None
+            raise SetupFailure(f"Landlock: {exc.strerror or exc}") from None
         for path in skipped:
             if os.path.lexists(path):
                 sys.stderr.write(
                     f"omega-mcp sandbox: {path} is no longer the directory omega started with; read-only\n"
                 )
     if status_w is not None:
-        _fork_init(status_w)
+        reaper.fork_init(status_w)
     try:
         os.execv(spec.command[0], spec.command)  # noqa: S606 - exec is the purpose; argv, no shell
     except OSError as exc:
@@ -381,15 +362,15 @@ def probe() -> None:
         try:
             try:
                 try:
-                    _unshare_namespaces(net=True)
+                    unshare_namespaces(net=True)
                     netns = 1
-                except _Failure:
-                    _unshare_namespaces()  # no network namespace: the rest may still work
+                except SetupFailure:
+                    unshare_namespaces()  # no network namespace: the rest may still work
                     netns = 0
                 _fork_supervised()
                 _say(f"pidns={int(os.getpid() == 1)}")
                 _say(f"netns={netns}")
-                spec = _Spec()
+                spec = Spec()
                 spec.pid_max = 4000
                 _say(f"mount_proc={int(_setup_pid1(spec))}")
                 try:
@@ -400,7 +381,7 @@ def probe() -> None:
                 with open("/proc/sys/kernel/pid_max") as f:
                     _say(f"pid_max={int(f.read().strip() == '4000')}")
                 _say(f"keyring={int(private.join_session_keyring())}")
-            except _Failure as exc:
+            except SetupFailure as exc:
                 _say(f"pidns=0 {exc}")
             if abi:
                 landlock.restrict_self(abi, deny_tcp=abi >= 4)
@@ -423,7 +404,7 @@ def main(argv: list[str]) -> int:
             probe()
             return 0
         run(spec)
-    except (ValueError, OSError, _Failure) as exc:
+    except (ValueError, OSError, SetupFailure) as exc:
         sys.stderr.write(f"omega-mcp sandbox: {exc}; the command did not run\n")
     return EXIT_SANDBOX_FAILURE
 

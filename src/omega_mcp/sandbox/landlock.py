@@ -1,4 +1,4 @@
-"""Landlock through raw syscalls (ctypes): the ABI probe and one-shot ruleset application.
+"""Landlock through raw syscalls (ctypes): the ABI probe, rulesets, and their application.
 
 Stdlib only and import-light on purpose: the exec trampoline (`exec.py`) imports this file in a
 `python -I -S` process, without the omega_mcp package, and every millisecond of import time is
@@ -26,10 +26,12 @@ __all__ = [
     "c_long",
     "c_ulong",
     "c_void_p",
+    "enforce",
     "fs_rights",
     "get_errno",
     "libc_function",
     "restrict_self",
+    "ruleset",
     "set_no_new_privs",
 ]
 
@@ -89,14 +91,19 @@ class _CFunction(_ctypes.CFuncPtr):
 
 
 _process_handle: int | None = None
+_functions: dict[str, Callable[..., int]] = {}
 
 
 def libc_function(name: str) -> Callable[..., int]:
-    """A libc function of this process (`dlsym(RTLD_DEFAULT)`), returning a C long; errno is kept."""
+    """A libc function of this process (`dlsym(RTLD_DEFAULT)`), returning a C long; errno is kept.
+    Looked up once per process (the bash zygote's forks inherit what it looked up)."""
     global _process_handle  # noqa: PLW0603 - one dlopen per process, on first use
-    if _process_handle is None:
-        _process_handle = _ctypes.dlopen(None, os.RTLD_NOW)  # pyright: ignore[reportArgumentType]
-    return _CFunction(_ctypes.dlsym(_process_handle, name))
+    found = _functions.get(name)
+    if found is None:
+        if _process_handle is None:
+            _process_handle = _ctypes.dlopen(None, os.RTLD_NOW)  # pyright: ignore[reportArgumentType]
+        found = _functions[name] = _CFunction(_ctypes.dlsym(_process_handle, name))
+    return found
 
 
 def get_errno() -> int:
@@ -218,7 +225,7 @@ def _add_path_rule(ruleset_fd: int, path: str, rights: int, handled: int, *, fol
     return True
 
 
-def restrict_self(
+def ruleset(
     abi: int,
     *,
     read_exec: Iterable[str] = ("/",),
@@ -226,18 +233,18 @@ def restrict_self(
     devices: Iterable[str] = (),
     deny_tcp: bool = False,
     scoped: bool = True,
-) -> list[str]:
-    """Confine the calling thread (and what it execs) with Landlock; irreversible.
+) -> tuple[int, list[str]]:
+    """A Landlock ruleset fd (close-on-exec) with these rules, and the writable paths not granted.
 
     `read_exec` get read+execute, `writable` get every right, `devices` get the file rights
     (read, write, truncate, device ioctls). `deny_tcp` handles TCP bind/connect with no port
-    allowed (ABI >= 4); `scoped` isolates abstract UNIX sockets and signals (ABI >= 6).
-    Sets no-new-privileges first, as the kernel requires for unprivileged callers. Writable paths
+    allowed (ABI >= 4); `scoped` isolates abstract UNIX sockets and signals (ABI >= 6). Rules hold
+    the inodes the paths lead to now, as seen from this process's mount namespace. Writable paths
     are opened through no symbolic link; the ones missing or reached through a link are returned
-    (not granted).
+    (not granted). `enforce` applies it; the bash zygote builds one per session and enforces it per call.
 
     Raises:
-        LandlockError: Landlock is unavailable, a rule cannot be added, or restriction failed.
+        LandlockError: Landlock is unavailable or a rule cannot be added.
     """
     handled = fs_rights(abi)
     if not handled:
@@ -259,8 +266,42 @@ def restrict_self(
         skipped = [path for path in writable if not _add_path_rule(ruleset_fd, path, handled, handled, follow=False)]
         for path in devices:
             _add_path_rule(ruleset_fd, path, FILE_RIGHTS, handled)
-        set_no_new_privs()
-        _check(_syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
+    except BaseException:
+        os.close(ruleset_fd)
+        raise
+    return ruleset_fd, skipped
+
+
+def enforce(ruleset_fd: int) -> None:
+    """Confine the calling thread (and what it execs) with the ruleset; irreversible. Sets
+    no-new-privileges first, as the kernel requires for unprivileged callers.
+
+    Raises:
+        LandlockError: restriction failed.
+    """
+    set_no_new_privs()
+    _check(_syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
+
+
+def restrict_self(
+    abi: int,
+    *,
+    read_exec: Iterable[str] = ("/",),
+    writable: Iterable[str] = (),
+    devices: Iterable[str] = (),
+    deny_tcp: bool = False,
+    scoped: bool = True,
+) -> list[str]:
+    """`ruleset` then `enforce`: confine the calling thread at once; returns the writable paths not granted.
+
+    Raises:
+        LandlockError: Landlock is unavailable, a rule cannot be added, or restriction failed.
+    """
+    ruleset_fd, skipped = ruleset(
+        abi, read_exec=read_exec, writable=writable, devices=devices, deny_tcp=deny_tcp, scoped=scoped
+    )
+    try:
+        enforce(ruleset_fd)
     finally:
         os.close(ruleset_fd)
     return skipped

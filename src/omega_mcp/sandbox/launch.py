@@ -1,16 +1,18 @@
-"""How bash is started: the argv (through the sandbox trampoline), its scrubbed env and its cwd.
+"""How bash is started: the trampoline options and argv, its scrubbed env and its cwd.
 
 `bash_launch(policy, command)` is the only thing `builtin/bash.py` asks of the sandbox; it raises
 `SandboxUnavailableError` when the mode needs an OS sandbox this machine cannot give (fail closed;
-`[sandbox] require_os_sandbox = false` opts out). On Linux every mode goes through `exec.py` for
-rlimits and the PID namespace; sandbox/rx add Landlock, read-only binds over omega's own files
-when they lie inside a writable root and over the protected names that exist (`protected`, from
-`tracker.py`), and hide secrets (`SandboxPolicy.hidden_paths`, pinned: `mountplan.py`), well-known
-socket directories and the host's pathname UNIX sockets outside the roots, and give bash a private
-world: the session's /tmp (`SandboxPolicy.private_tmp`, else an empty one), a minimal /dev with its
-own pts and /dev/shm, a fresh session keyring; sandbox also gives bash a network namespace of its own
-(loopback only), or denies TCP with Landlock where there is none. On macOS sandbox/rx use
-`sandbox-exec` with paths passed as `-D` parameters. `describe_sandbox` reports the same plan.
+`[sandbox] require_os_sandbox = false` opts out). The options are `exec.py`'s, which the bash zygote
+(`zygote.py`) applies where bash gets namespaces, and the trampoline otherwise (and for confined
+servers, through `confined_argv`). On Linux every mode has rlimits and the PID namespace; sandbox/rx
+add Landlock, read-only binds over omega's own files when they lie inside a writable root and over
+the protected names that exist (`protected`, from `tracker.py`), and hide secrets
+(`SandboxPolicy.hidden_paths`, pinned: `mountplan.py`), well-known socket directories and the host's
+pathname UNIX sockets outside the roots, and give bash a private world: the session's /tmp
+(`SandboxPolicy.private_tmp`, else an empty one), a minimal /dev with its own pts and /dev/shm, a
+fresh session keyring; sandbox also gives bash a network namespace of its own (loopback only), or
+denies TCP with Landlock where there is none. On macOS sandbox/rx use `sandbox-exec` with paths
+passed as `-D` parameters. `describe_sandbox` reports the same plan.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from omega_mcp.errors import InvalidArgumentsError, SandboxUnavailableError, ToolError
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.environment import bash_environment
-from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, within
+from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, real_roots, within
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.private import UNPRIVILEGED_ID
 
@@ -53,15 +55,22 @@ _MACOS_PROFILE_HEAD = "(version 1)\n(allow default)\n(deny file-write*)\n"
 
 @dataclass(frozen=True, slots=True)
 class BashLaunch:
-    """What to exec for one bash command.
+    """What to run for one bash command: `argv` through the trampoline, or (`zygote`) `program` under
+    the trampoline `options` through the bash zygote (`zygote_client.start`), which starts it faster.
 
-    Spawn it from a long-lived thread (the event loop): the trampoline arms PR_SET_PDEATHSIG,
+    Spawn `argv` from a long-lived thread (the event loop): the trampoline arms PR_SET_PDEATHSIG,
     which fires when the *thread* that forked it exits.
     """
 
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: Path
+    options: tuple[str, ...] = ()
+    """The trampoline options (what `exec.parse` reads before `--`)."""
+    program: tuple[str, ...] = ()
+    """What runs under them: bash and its arguments."""
+    zygote: bool = False
+    """The plan has the namespaces the zygote needs (Linux with user namespaces), so it can start this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +133,12 @@ def _plan(policy: SandboxPolicy) -> _Plan:
     if abi >= need or (abi and not policy.require_os_sandbox):
         binds: tuple[tuple[str, Path], ...] = ()
         unprotected: tuple[Path, ...] = ()
+        reals = real_roots(roots)
         if pidns:
-            binds, unprotected, more = protection(policy, roots)
+            binds, unprotected, more = protection(policy, roots, reals)
             warnings.extend(more)
         else:
-            real_roots = [real(r) for r in roots]
-            unprotected = tuple(p for p in own_files(policy) if any(within(p, r) for r in real_roots))
+            unprotected = tuple(p for p in own_files(policy) if any(within(p, r) for r in reals.values()))
             if unprotected:
                 warnings.append(f"bash can write omega's own files: {', '.join(map(str, unprotected))}")
         # With the binds, what is left unprotected is a ./servers.toml that does not exist yet: bash
@@ -144,7 +153,7 @@ def _plan(policy: SandboxPolicy) -> _Plan:
         netns = pidns and support.net_namespace and not policy.bash_network
         hide: tuple[Path, ...] = ()
         if pidns:
-            hide, pins = hiding(policy, roots, warnings)
+            hide, pins = hiding(policy, roots, warnings, reals)
             binds = tuple(dict.fromkeys((*pins, *binds)))
         private_dev = pidns and support.private_dev
         return _Plan(
@@ -189,11 +198,11 @@ def _devices(plan: _Plan) -> list[str]:
     return found
 
 
-def _trampoline_argv(policy: SandboxPolicy, plan: _Plan, protected: Sequence[str] = ()) -> list[str]:
+def _trampoline_options(policy: SandboxPolicy, plan: _Plan, protected: Sequence[str] = ()) -> list[str]:
     processes = policy.max_processes or DEFAULT_MAX_PROCESSES
     file_size = (policy.max_file_size_mb or DEFAULT_MAX_FILE_SIZE_MB) * _MIB
     open_files = policy.max_open_files or DEFAULT_MAX_OPEN_FILES
-    argv = list(probe.TRAMPOLINE_ARGV)
+    argv: list[str] = []
     if sys.platform.startswith("linux"):
         argv += ["--parent-pid", str(os.getpid())]
     argv += ["--rlimit", "core=0", "--rlimit", f"fsize={file_size}", "--rlimit", f"nofile={open_files}"]
@@ -258,19 +267,25 @@ def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
     return [str(probe.SANDBOX_EXEC), "-p", profile, *params]
 
 
-def _ensure_dirs(policy: SandboxPolicy) -> None:
+def _ensure_dirs(policy: SandboxPolicy) -> bool:
+    """Make what bash needs; whether anything was made (which changes what to pin and protect)."""
     dirs = [(policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)]
     if policy.private_tmp is not None:
         dirs += [(policy.private_tmp_root, 0o700), (policy.private_tmp, 0o700)]
+    if policy.mode != "rwx":
+        dirs.append((policy.scratch_dir / "cache", 0o777))
+    made = False
     for directory, mode in dirs:
+        if directory.is_dir():
+            continue
         try:
             directory.mkdir(mode=mode, parents=True, exist_ok=True)
         except OSError as exc:
             raise ToolError(
                 f"cannot create {directory} for bash: {exc.strerror}; create it or fix the config"
             ) from None
-    if policy.mode != "rwx":
-        (policy.scratch_dir / "cache").mkdir(exist_ok=True)
+        made = True
+    return made
 
 
 def _check_workspace_not_swapped(policy: SandboxPolicy) -> None:
@@ -294,7 +309,8 @@ def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = 
     names that exist (`tracker.Run.binds`), bound read-only.
 
     Creates the workspace, tmp and scratch dirs when missing. Commands over 128 KiB do not fit
-    in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND`).
+    in one argv string: run them as `bash FILE` (replace the trailing `-c COMMAND` of `argv` and
+    `program`).
 
     Raises:
         SandboxUnavailableError: the mode needs an OS sandbox that cannot be applied here, or the
@@ -307,12 +323,16 @@ def bash_launch(policy: SandboxPolicy, command: str, protected: Sequence[str] = 
     plan = _plan(policy)
     if plan.refusal is not None:
         raise SandboxUnavailableError(plan.refusal)
-    home_existed = policy.home.is_dir()
-    _ensure_dirs(policy)
-    if not home_existed:
-        plan = _plan(policy)  # the home exists only now, which changes what to protect
-    argv = _confined_argv(policy, plan, [_bash(), "--noprofile", "--norc", "-c", command], protected)
-    return BashLaunch(argv=tuple(argv), env=bash_environment(policy), cwd=policy.workspace)
+    if _ensure_dirs(policy):
+        plan = _plan(policy)  # what exists only now changes what to pin and protect
+    program = (_bash(), "--noprofile", "--norc", "-c", command)
+    if plan.confinement != "none":
+        _check_workspace_not_swapped(policy)
+    options = tuple(_trampoline_options(policy, plan, protected))
+    prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
+    argv = (*prefix, *probe.TRAMPOLINE_ARGV, *options, "--", *program)
+    zygote = plan.pid_namespace and plan.confinement != "sandbox-exec" and sys.platform.startswith("linux")
+    return BashLaunch(argv, bash_environment(policy), policy.workspace, options, program, zygote)
 
 
 def confined_argv(policy: SandboxPolicy, program: Sequence[str], protected: Sequence[str] = ()) -> list[str]:
@@ -333,7 +353,18 @@ def _confined_argv(policy: SandboxPolicy, plan: _Plan, program: Sequence[str], p
     if plan.confinement != "none":
         _check_workspace_not_swapped(policy)
     prefix = _macos_argv(policy, plan) if plan.confinement == "sandbox-exec" else []
-    return [*prefix, *_trampoline_argv(policy, plan, protected), "--", *program]
+    return [*prefix, *probe.TRAMPOLINE_ARGV, *_trampoline_options(policy, plan, protected), "--", *program]
+
+
+def _launcher(plan: _Plan, support: probe.Support) -> str:
+    if plan.refusal:
+        return "none: bash is refused"
+    if plan.pid_namespace and plan.confinement != "sandbox-exec" and support.platform == "linux":
+        return (
+            "zygote: one pre-forked launcher; each client session's namespaces, mounts and Landlock "
+            "ruleset are made once, each command is a fork with a PID namespace of its own"
+        )
+    return "trampoline: a new `python -I -S` per command (no user namespaces here)"
 
 
 def _above_hidden(path: Path, hidden: tuple[Path, ...]) -> bool:
@@ -404,6 +435,7 @@ def describe_sandbox(policy: SandboxPolicy) -> dict[str, object]:
         "private_dev": plan.private_dev,
         "session_keyring": support.keyring or support.platform != "linux",
         "uid_inside": (UNPRIVILEGED_ID if uid == 0 else uid) if plan.pid_namespace else None,
+        "launcher": _launcher(plan, support),
         "warnings": list(plan.warnings),
         "refusal": plan.refusal,
         "probe_detail": support.detail,

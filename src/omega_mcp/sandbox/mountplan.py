@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["SOCKET_PLACES", "hiding", "own_files", "protection", "real", "real_own", "within"]
+__all__ = ["SOCKET_PLACES", "hiding", "own_files", "protection", "real", "real_own", "real_roots", "within"]
 
 SOCKET_PLACES = ("/run/user", "/run/dbus", "/tmp/.X11-unix", "/var/run/docker.sock", "/run/docker.sock")
 """Where host services keep UNIX sockets: covered (outside the roots) whatever /proc/net/unix lists."""
@@ -53,15 +53,21 @@ def _pins(target: Path, real_roots: tuple[Path, ...]) -> list[tuple[str, Path]]:
     return [("pin", p) for p in reversed(target.parents) if top in p.parents]
 
 
+def real_roots(roots: tuple[Path, ...]) -> dict[Path, Path]:
+    """Each root -> `real` of it: where it lies now (computed once for a plan)."""
+    return {root: real(root) for root in roots}
+
+
 def protection(
-    policy: SandboxPolicy, roots: tuple[Path, ...]
+    policy: SandboxPolicy, roots: tuple[Path, ...], reals: dict[Path, Path] | None = None
 ) -> tuple[tuple[tuple[str, Path], ...], tuple[Path, ...], list[str]]:
     """(binds, own files bash could still create, warnings) for omega's own files inside `roots`.
 
     The server's interpreter prefix and package count as omega's files: a sandboxed command that
     could rewrite them would run its code outside the sandbox on the next call.
     """
-    real_roots = tuple(dict.fromkeys(real(r) for r in roots))
+    reals = reals or {}
+    real_roots = tuple(dict.fromkeys(reals.get(r) or real(r) for r in roots))
     targets: list[Path] = []
     for path in sorted(own_files(policy), key=lambda p: len(p.parts)):
         if any(within(path, r) for r in real_roots) and not any(within(path, t) for t in targets):
@@ -90,12 +96,13 @@ def protection(
 
 
 def hiding(
-    policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str]
+    policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str], reals: dict[Path, Path] | None = None
 ) -> tuple[tuple[Path, ...], tuple[tuple[str, Path], ...]]:
     """(what to cover, pins): the policy's hidden paths and the well-known socket places that exist,
     and the directories between a write root and a hidden path inside it. A place that holds a write
     root is not covered (it would hide the root too)."""
-    real_roots = tuple(real(r) for r in roots)
+    reals = reals or {}
+    real_roots = tuple(reals.get(r) or real(r) for r in roots)
     found: list[Path] = []
     pins: list[tuple[str, Path]] = []
     for path in policy.hidden_paths:

@@ -1,16 +1,18 @@
 """PID 1's setup inside bash's namespaces: private mounts and /proc, pid_max, loopback, binds, covers, /dev.
 
-Stdlib only and no package import, like `landlock.py` (imported the same way by `exec.py`, in a
-`python -I -S` process on every bash call). Read-only binds keep omega's own files and the protected
-names that exist unchanged where they lie inside a writable root; a pin (a bind of a directory onto
-itself) makes a directory a mount point, which cannot be renamed or removed (EBUSY). A hidden path is
-covered: a directory by an empty read-only tmpfs (mode 0), anything else (a file, a socket) by a
-read-only bind of /dev/null, so reads see nothing and `connect()` to a covered socket is refused.
-The private /tmp is the session's directory bound over /tmp (or an empty tmpfs), with the write roots
-that live below /tmp bound back. The private /dev is a tmpfs holding binds of the host's null, zero,
-full, random, urandom and tty (and GPUs), a devpts instance of its own (no host terminal), and an
-empty /dev/shm. The host's pathname UNIX sockets come from /proc/net/unix, which lists those of the
-reader's network namespace: read it before entering one.
+Stdlib only and no package import, like `landlock.py` (imported the same way by `exec.py` and the
+bash zygote, `zygote.py`). `setup` is the trampoline's whole sequence; the zygote does the part a
+client session shares once (`session_setup`) and each command's own part in a copy (`call_setup`).
+Read-only binds keep omega's own files and the protected names that exist unchanged where they lie
+inside a writable root; a pin (a bind of a directory onto itself) makes a directory a mount point,
+which cannot be renamed or removed (EBUSY). A hidden path is covered: a directory by an empty
+read-only tmpfs (mode 0), anything else (a file, a socket) by a read-only bind of /dev/null, so
+reads see nothing and `connect()` to a covered socket is refused. The private /tmp is the session's
+directory bound over /tmp (or an empty tmpfs), with the write roots that live below /tmp bound back.
+The private /dev is a tmpfs holding binds of the host's null, zero, full, random, urandom and tty
+(and GPUs), a devpts instance of its own (no host terminal), and an empty /dev/shm. The host's
+pathname UNIX sockets come from /proc/net/unix, which lists those of the reader's network
+namespace: read it before entering one (or keep it open from before).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ elif __package__:
 else:
     import landlock  # exec.py put this directory on sys.path
 
-__all__ = ["DEV_NODES", "host_sockets", "mount", "private_dev", "setup"]
+__all__ = ["DEV_NODES", "call_setup", "host_sockets", "mount", "private_dev", "session_setup", "setup"]
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 """The host devices a private /dev holds (plus GPUs, a pts instance of its own and /dev/ptmx)."""
@@ -73,6 +75,7 @@ def setup(
     from there (`_runs_from`) is bound back read-only and the `writable` roots beneath it read-write,
     so a server living under /tmp still runs. `read_only` paths (protected names) that exist get a
     read-only bind; `devices` (not None) asks for the private /dev, with those extra devices in it.
+    The trampoline's order; the zygote splits it into `session_setup` and `call_setup`.
 
     Raises:
         OSError: a mount that must not be skipped failed (binds, configured hides, the private /dev).
@@ -81,30 +84,94 @@ def setup(
     # Held before the binds: the session's /tmp may lie below omega's home, which they make read-only.
     source_fd = os.open(tmp_source, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) if tmp_source else -1
     try:
-        return _setup(pid_max, netns, binds, hide, sockets, private_tmp, writable, source_fd, read_only, devices)
+        own_proc = _proc(pid_max)
+        if netns:
+            _loopback_up()
+        _binds(binds)
+        _read_only(read_only or [])
+        tmp, command = private_tmp
+        if tmp:
+            _private_tmp(tmp, _runs_from(tmp, command), _below(tmp, writable), source_fd)
     finally:
         if source_fd >= 0:
             os.close(source_fd)
+    for path in hide:
+        _cover(path)
+    _cover_sockets(sockets)
+    if devices is not None:
+        private_dev(devices)
+    if binds or read_only or hide or sockets or tmp:
+        # The cwd still points into the mounts as they were before the binds: re-enter it by
+        # name, or relative paths would reach the protected files underneath.
+        os.chdir(os.getcwd())
+    return own_proc
 
 
-def _setup(  # noqa: PLR0917 - the steps of `setup`, in its order
-    pid_max: int,
+def session_setup(
     netns: bool,
     binds: list[tuple[str, str]],
     hide: list[str],
+    *,
+    private_tmp: str = "",
+    writable: list[str] | None = None,
+    tmp_source: str = "",
+    devices: list[str] | None = None,
+) -> None:
+    """The part of `setup` every command of a client session shares, done once per session in the
+    zygote's session mount namespace (each command gets a copy): loopback, binds and pins, the
+    session's /tmp (`tmp_source` over `private_tmp`; without one, each command gets an empty /tmp
+    of its own from `call_setup`), covers over hidden paths, the private /dev.
+
+    Raises:
+        OSError: a mount that must not be skipped failed.
+    """
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    source_fd = os.open(tmp_source, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC) if tmp_source else -1
+    try:
+        if netns:
+            _loopback_up()
+        _binds(binds)
+        if private_tmp and tmp_source:
+            _private_tmp(private_tmp, [], _below(private_tmp, writable), source_fd)
+    finally:
+        if source_fd >= 0:
+            os.close(source_fd)
+    for path in hide:
+        _cover(path)
+    if devices is not None:
+        private_dev(devices)
+
+
+def call_setup(
+    pid_max: int,
     sockets: list[str],
-    private_tmp: tuple[str, list[str]],
-    writable: list[str] | None,
-    source_fd: int,
-    read_only: list[str] | None,
-    devices: list[str] | None,
+    *,
+    read_only: list[str] | None = None,
+    private_tmp: str = "",
+    writable: list[str] | None = None,
 ) -> bool:
+    """The part of `setup` that is each command's own, in a copy of the session's mount namespace:
+    its /proc and pid_max, read-only binds over the protected names that exist now, an empty /tmp
+    when `private_tmp` is given (a session without a directory of its own), covers over the host's
+    sockets listed now. Returns whether a private /proc could be mounted.
+
+    Raises:
+        OSError: a mount that must not be skipped failed.
+    """
+    own_proc = _proc(pid_max)
+    _read_only(read_only or [])
+    if private_tmp:
+        _private_tmp(private_tmp, [], _below(private_tmp, writable))
+    _cover_sockets(sockets)
+    return own_proc
+
+
+def _proc(pid_max: int) -> bool:
     try:
         mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-        own_proc = True
     except OSError:
-        own_proc = False  # e.g. a container with masked /proc: pids outside stay visible, nothing else
-    if pid_max and own_proc:
+        return False  # e.g. a container with masked /proc: pids outside stay visible, nothing else
+    if pid_max:
         try:
             fd = os.open("/proc/sys/kernel/pid_max", os.O_WRONLY | os.O_CLOEXEC)
             try:
@@ -113,38 +180,37 @@ def _setup(  # noqa: PLR0917 - the steps of `setup`, in its order
                 os.close(fd)
         except OSError:
             pass  # kernels before 6.14 have no per-namespace pid_max; the probe reports it
-    if netns:
-        _loopback_up()
+    return True
+
+
+def _binds(binds: list[tuple[str, str]]) -> None:
     for op, path in binds:
         if not os.path.lexists(path):
             continue
         mount(path, path, None, _MS_BIND | _MS_REC)
         if op == "protect":
             _remount_read_only(path)
-    for path in read_only or []:
+
+
+def _read_only(paths: list[str]) -> None:
+    for path in paths:
         try:
             mount(path, path, None, _MS_BIND | _MS_REC)
             _remount_read_only(path)
         except FileNotFoundError:
             continue  # removed since omega looked: nothing left to protect there
-    tmp, command = private_tmp
-    if tmp:
-        below = [w for w in writable or [] if w != tmp and _under(w, [tmp])]
-        _private_tmp(tmp, _runs_from(tmp, command), below, source_fd)
-    for path in hide:
-        _cover(path)
+
+
+def _below(tmp: str, writable: list[str] | None) -> list[str]:
+    return [w for w in writable or [] if w != tmp and _under(w, [tmp])]
+
+
+def _cover_sockets(sockets: list[str]) -> None:
     for path in sockets:
         try:
             _cover(path, socket_only=True)
         except OSError:
             pass  # a listed socket may vanish meanwhile: one that cannot be covered is skipped
-    if devices is not None:
-        private_dev(devices)
-    if binds or read_only or hide or sockets or tmp:
-        # The cwd still points into the mounts as they were before the binds: re-enter it by
-        # name, or relative paths would reach the protected files underneath.
-        os.chdir(os.getcwd())
-    return own_proc
 
 
 def _private_tmp(path: str, keep: list[str], writable: list[str], source_fd: int = -1) -> None:
@@ -255,19 +321,30 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-def host_sockets(writable: list[str], hidden: list[str]) -> list[str]:
-    """The bound pathname UNIX sockets of this network namespace outside `writable` and `hidden`.
+def host_sockets(writable: list[str], hidden: list[str], table_fd: int = -1) -> list[str]:
+    """The bound pathname UNIX sockets of this network namespace outside `writable` and `hidden`;
+    with `table_fd` (a /proc/net/unix opened before entering another network namespace) those of
+    the namespace it was opened in, read again from its start.
 
     Raises:
         OSError: /proc/net/unix cannot be read.
     """
-    with open("/proc/net/unix", "rb") as f:
-        lines = f.read().splitlines()[1:]
+    if table_fd < 0:
+        with open("/proc/net/unix", "rb") as f:
+            data = f.read()
+    else:
+        os.lseek(table_fd, 0, os.SEEK_SET)
+        chunks: list[bytes] = []
+        while chunk := os.read(table_fd, 1 << 16):
+            chunks.append(chunk)
+        data = b"".join(chunks)
     found: dict[str, None] = {}
-    for line in lines:
-        fields = line.split(None, 7)  # Num RefCount Protocol Flags Type St Inode Path
-        if len(fields) == 8 and fields[7].startswith(b"/"):  # abstract ones start with @
-            path = os.fsdecode(fields[7])
+    for line in data.splitlines()[1:]:
+        # Num RefCount Protocol Flags Type St Inode Path: only the path (the 8th field) holds a "/"
+        # (abstract ones start with @), so the first " /" starts it, whatever spaces it holds.
+        at = line.find(b" /")
+        if at > 0 and len(line[:at].split()) == 7:
+            path = os.fsdecode(line[at + 1 :])
             if not _under(path, writable) and not _under(path, hidden):
                 found[path] = None
     return list(found)

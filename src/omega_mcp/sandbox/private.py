@@ -29,6 +29,7 @@ __all__ = [
     "inside_ids",
     "join_session_keyring",
     "map_ids",
+    "processes_of",
     "set_rlimits",
     "undumpable",
 ]
@@ -99,6 +100,22 @@ def join_session_keyring() -> bool:
     return syscall(c_long(number), c_long(_KEYCTL_JOIN_SESSION_KEYRING), c_long(0)) >= 0
 
 
+def processes_of(uid: int) -> int | None:
+    """How many processes /proc lists for `uid`; None without a procfs (macOS)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    mine = 0
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                mine += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return mine
+
+
 def set_rlimits(rlimits: list[tuple[str, int]], nproc_headroom: int) -> None:
     """Lower each limit to its value; with `nproc_headroom` (not root: root is exempt), RLIMIT_NPROC to
     the uid's current process count plus the headroom (the limit counts every process of the uid).
@@ -110,19 +127,8 @@ def set_rlimits(rlimits: list[tuple[str, int]], nproc_headroom: int) -> None:
 
     limits = dict(rlimits)
     if nproc_headroom and os.getuid() != 0:
-        uid = os.getuid()
-        mine = 0
-        try:
-            entries = os.listdir("/proc")
-        except OSError:
-            entries = []  # no procfs (macOS): cannot count, so leave RLIMIT_NPROC alone
-        for entry in entries:
-            if entry.isdigit():
-                try:
-                    mine += os.stat(f"/proc/{entry}").st_uid == uid
-                except OSError:
-                    pass
-        if entries:
+        mine = processes_of(os.getuid())
+        if mine is not None:  # without a procfs, RLIMIT_NPROC is left alone
             limits["nproc"] = mine + nproc_headroom
     for name, value in limits.items():
         which = getattr(resource, f"RLIMIT_{name.upper()}", None)

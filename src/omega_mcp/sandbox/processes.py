@@ -4,7 +4,8 @@ A child started here leads a new session, so its process group id is its own pid
 member lives, even once the leader was reaped: callers pass that pid, never `os.getpgid()`. A group
 whose only members are zombies counts as dead, so an init that does not reap orphans (some
 containers) cannot keep a wait running to its bound; every wait here is bounded. Shared by the bash
-tool, background shells and stdio downstream servers; stdlib and anyio only (no `mcp` import).
+tool, background shells and stdio downstream servers; stdlib and anyio only (no `mcp` import). A
+command of the bash zygote knows when its whole tree is gone (`tree_alive`, `terminate_tree`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
+from omega_mcp.sandbox.confined import ConfinedProcess
+
 __all__ = [
     "TERMINATE_GRACE_SECONDS",
     "group_alive",
@@ -25,6 +28,8 @@ __all__ = [
     "popen_group",
     "signal_group",
     "terminate_group",
+    "terminate_tree",
+    "tree_alive",
     "wait_group_exit",
 ]
 
@@ -106,6 +111,23 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         pass  # EPERM proves nothing; ask /proc
     return _live_member(pgid)
+
+
+def tree_alive(process: Process) -> bool:
+    """Whether `process` (a new session's leader) or anything else of its process group still runs.
+
+    A command the bash zygote started (`ConfinedProcess`) whose PID 1 is gone has nothing left, as
+    its PID namespace died with it: no walk of /proc (its PID 1 may be a zombie nobody reaped yet).
+    """
+    if isinstance(process, ConfinedProcess) and process.gone:
+        return False
+    return group_alive(process.pid)
+
+
+async def terminate_tree(process: Process) -> None:
+    """`terminate_group` of `process`'s group, unless it is known to be gone (`tree_alive`). Bounded."""
+    if not (isinstance(process, ConfinedProcess) and process.gone):
+        await terminate_group(process.pid)
 
 
 def signal_group(pgid: int, signum: int) -> bool:

@@ -5,9 +5,10 @@ file tools map `tmp_dir/...` into it (`SandboxPolicy.private_tmp`, `paths.py`), 
 to /tmp, `read` finds at the same path, and no session (nor the host) sees another's. `Worlds` keeps
 one per owner (the MCP connection; None, the process itself, for the agent and `omega-mcp call`):
 `policy_for(owner)` returns the policy the owner's calls run under (the directory is made on first
-use: `ensure_private_tmp`); `close(owner)` removes it. Directories left by an omega that died are removed when the next
-one starts (their name starts with the pid that made them). In rwx mode, or without user namespaces,
-nothing is private: the host's /tmp is used as it is. Blocking: call from a worker thread.
+use: `ensure_private_tmp`); `close(owner)` removes it and ends its bash zygote session. Directories
+left by an omega that died are removed when the next one starts (their name starts with the pid that
+made them). In rwx mode, or without user namespaces, nothing is private: the host's /tmp is used as
+it is. Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omega_mcp.sandbox import probe
+from omega_mcp.sandbox import probe, zygote_client
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["Worlds", "ensure_private_tmp", "host_path", "remove_tree"]
@@ -150,6 +151,7 @@ class Worlds:
     @staticmethod
     def discard(policy: SandboxPolicy) -> None:
         if policy.private_tmp is not None:
+            zygote_client.forget(policy.private_tmp)  # the bash zygote's session of this /tmp ends too
             remove_tree(policy.private_tmp)
 
     @staticmethod
