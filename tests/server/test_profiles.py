@@ -183,3 +183,22 @@ def test_a_client_cannot_use_another_clients_session(hub: Hub) -> None:
     ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     assert httpx2.post(hub.url, json=ping, headers={**HEADERS, **hub.auth(ALICE), **session}).status_code == 200
     assert httpx2.post(hub.url, json=ping, headers={**HEADERS, **hub.auth(BOB), **session}).status_code == 404
+
+
+def test_a_clients_workspace_is_judged_like_the_hubs(tmp_path: Path) -> None:
+    import argparse
+
+    from omega_mcp.cli.trust import check_trust
+    from omega_mcp.config import load_config
+    from omega_mcp.errors import ConfigError
+
+    config_file = tmp_path / "omega.toml"
+    config_file.write_text('[hub.clients.eve]\ntoken = "${EVE_TOKEN}"\nworkspace = "/usr"\nmode = "sandbox"\n')
+    env = {"EVE_TOKEN": "eve-token-0123456789abcdef", "OMEGA_HOME": str(tmp_path / "home")}
+    config = load_config(config_file, environ=env)
+    args = argparse.Namespace(workspace=str(tmp_path / "ws"), mode="sandbox", config=str(config_file))
+    with pytest.raises(ConfigError) as refused:
+        check_trust(config, args)
+    assert "hub.clients.eve.workspace" in str(refused.value) and "/usr" in str(refused.value)
+    config_file.write_text(config_file.read_text().replace('mode = "sandbox"', 'mode = "rwx"'))
+    check_trust(load_config(config_file, environ=env), args)  # rwx: a warning, as for the hub's own
