@@ -60,6 +60,7 @@ from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
+from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
@@ -168,6 +169,8 @@ class OmegaServer(Server[Any]):
             listed = await self.tool_search.list_tools(self.tool_search.owner(ctx.session, ctx.request))
         else:
             listed = await self.toolbox.list_tools()
+        if (profile := PROFILE.get()) is not None:
+            listed = profile.visible(self.toolbox, listed)
         tools, cursor = page(listed, params, "tools")
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
@@ -180,7 +183,7 @@ class OmegaServer(Server[Any]):
         if self.tool_search is None:
             return None, name, arguments
         owner = self.tool_search.owner(session, http_request)
-        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for)
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for, PROFILE.get())
 
     async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
         """A tool was called by name: in search mode it joins the session's list."""
@@ -211,6 +214,7 @@ class OmegaServer(Server[Any]):
         if answered is not None:
             return answered
         approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
+        profile = PROFILE.get()
         extra = (
             {}
             if ours(params.request_state)
@@ -229,6 +233,7 @@ class OmegaServer(Server[Any]):
                 approve=approve,
                 owner=owner,
                 extra=extra or None,
+                profile=profile,
             )
             await self._called(session, ctx.request, name)
             return result
@@ -293,7 +298,7 @@ class OmegaServer(Server[Any]):
             approve = elicitation_approver(ctx.session, ctx.request_id)
             owner = self._shell_owner(ctx.session)
             result = await self.toolbox.call_tool_wire(
-                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
+                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner, profile=PROFILE.get()
             )
             if self.tool_search is not None:
                 await self._called(ctx.session, None, name)
@@ -416,16 +421,21 @@ def build_server(
     catalog: Downstreams | None = None,
     instructions: str | None = None,
     tool_search: SessionTools | None = None,
+    profiles: Profiles | None = None,
 ) -> OmegaServer:
     """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
     Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
     empty: a hub always answers prompts/list, resources/list and completion. `tool_search` (a
-    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it.
+    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it;
+    `profiles` (the HTTP hub's `[hub.clients]`) scope each request to its client (`ClientScope`).
     """
-    return OmegaServer(
+    server = OmegaServer(
         toolbox,
         catalog=catalog if catalog is not None else Downstreams([]),
         instructions=instructions,
         tool_search=tool_search,
     )
+    if profiles is not None:
+        server.middleware.insert(0, ClientScope(profiles, server.catalog))
+    return server
