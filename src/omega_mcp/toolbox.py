@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from omega_mcp.builtin.schemas import (
     ReadArgs,
     WriteArgs,
 )
+from omega_mcp.builtin.workplace import Workplace, Workplaces
 from omega_mcp.errors import (
     DownstreamError,
     DownstreamRefusedError,
@@ -53,12 +53,10 @@ from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox import zygote_client
 from omega_mcp.sandbox.approvals import Approver, Grants
-from omega_mcp.sandbox.paths import remember_hidden
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.sandbox.tracker import ProtectedTree
 from omega_mcp.sandbox.world import Worlds
 
-__all__ = ["DownstreamTools", "ProgressFn", "Toolbox"]
+__all__ = ["DownstreamTools", "Profile", "ProgressFn", "Toolbox"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,13 +117,17 @@ class DownstreamTools(Protocol):
         ...
 
 
-def _protected_tree(policy: SandboxPolicy) -> ProtectedTree | None:
-    """The protected names of bash's write roots (the workspace and `write_roots`), in sandbox and rx
-    modes: the private /tmp and `$OMEGA_HOME/scratch` are bash's own, and rwx confines nothing."""
-    if policy.mode == "rwx" or not policy.protected_names:
-        return None
-    roots = [policy.pinned_roots.get(r, r) for r in (policy.workspace, *policy.write_roots)]
-    return ProtectedTree(roots, policy.protected_names, policy.quarantine_dir, skip=policy.hidden_paths)
+class Profile(Protocol):
+    """Who is calling (`server/profiles.py`: a hub client): the tools it may call, where its built-ins run."""
+
+    @property
+    def policy(self) -> SandboxPolicy | None:
+        """The sandbox of its built-in calls (its own workspace and mode); None: the Toolbox's."""
+        ...
+
+    def permits(self, route: Route) -> bool:
+        """Whether it may see and call the tool at `route`."""
+        ...
 
 
 def _made(policy: SandboxPolicy) -> bool:
@@ -173,37 +175,28 @@ class Toolbox(AsyncContextManagerMixin):
         self.downstreams = downstreams
         self._builtins: dict[str, _Builtin] = {t.name: _Builtin(t, m) for t, m in BUILTIN_TOOLS}
         self._shells = _shells.ShellRegistry()
-        self._worlds = Worlds(policy)
-        self._tree = _protected_tree(policy)
-        remember_hidden(policy)  # `read` knows each secret by identity too, from the start
+        self._workplaces = Workplaces(policy)
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
         self._validators: dict[tuple[str, str], tuple[int, ArgumentCheck | None]] = {}
-        self._fresh_swept = False
         self.grants = Grants()
         """One-time write approvals (`on_denied = "ask"`), shared by every front-end of this Toolbox."""
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
-        if self._tree is not None:
-            # The first look walks the write roots: done in the background, not in the first bash call.
-            threading.Thread(target=self._tree.prime, name="omega-protected-names", daemon=True).start()
+        self._workplaces.own.prime()  # the first look walks the write roots: not in the first bash call
         zygote_client.prestart()  # the bash launcher, likewise
         try:
             async with self._shells:
                 yield self
         finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._worlds.close_all)
-                if self._tree is not None:
-                    self._tree.close()
+            await self._workplaces.close()
 
     async def end_session(self, owner: object) -> None:
         """Kill the background shells `owner` started (whole process trees, bounded) and remove its
         private /tmp: its session ended."""
         await self._shells.close_owner(owner)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._worlds.close, owner)
+        await self._workplaces.end_session(owner)
 
     # -- namespace ---------------------------------------------------------------------------
 
@@ -285,6 +278,7 @@ class Toolbox(AsyncContextManagerMixin):
         approve: Approver | None = None,
         owner: object | None = None,
         extra: Mapping[str, Any] | None = None,
+        profile: Profile | None = None,
     ) -> Wire:
         """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
 
@@ -293,7 +287,8 @@ class Toolbox(AsyncContextManagerMixin):
         roots once (`on_denied = "ask"`); None denies it. `owner` is the caller's session (the MCP
         server's connection; None for the process itself): it sees only its own background shells.
         `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
-        `requestState`) for a downstream; its answer may then be an input-required round.
+        `requestState`) for a downstream; its answer may then be an input-required round. `profile`
+        (a hub client's) limits the tools (another is unknown to it) and runs built-ins in its sandbox.
         This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
         validator compiled once per tool, and the downstream's result is not parsed into models.
 
@@ -304,8 +299,11 @@ class Toolbox(AsyncContextManagerMixin):
         args = dict(arguments or {})
         try:
             route = await self._resolve(name)
+            if profile is not None and not profile.permits(route):
+                raise self._unknown_to(profile, name)
             if route.server_name is None:
-                return to_wire(await self._call_builtin(route.tool_name, args, approve, owner))
+                workplace = self._workplaces.of(profile.policy if profile is not None else None)
+                return to_wire(await self._call_builtin(route.tool_name, args, approve, owner, workplace))
             self.check_arguments(route, args)
             assert self.downstreams is not None
             return await self.downstreams.call_tool(
@@ -318,6 +316,16 @@ class Toolbox(AsyncContextManagerMixin):
         except Exception as exc:  # boundary: a bug must not take the server down; the model gets a message
             logger.exception("tool %s failed unexpectedly", name)
             return error_wire(f"internal error in {name}: {type(exc).__name__}: {exc}")
+
+    def _unknown_to(self, profile: Profile, name: str) -> UnknownToolError:
+        """The error of a tool `profile` may not call: the one of an unknown name, suggesting only its tools."""
+        namespace = self.namespace()
+        suggestions = [
+            n
+            for n in namespace.suggest(name, limit=10)
+            if (r := namespace.resolve(n)) is not None and profile.permits(r)
+        ]
+        return UnknownToolError(name, suggestions[:3])
 
     async def call_tool(
         self,
@@ -338,41 +346,44 @@ class Toolbox(AsyncContextManagerMixin):
         return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
     async def _call_builtin(
-        self, tool_name: str, raw: dict[str, Any], approve: Approver | None = None, owner: object | None = None
+        self,
+        tool_name: str,
+        raw: dict[str, Any],
+        approve: Approver | None = None,
+        owner: object | None = None,
+        workplace: Workplace | None = None,
     ) -> types.CallToolResult:
         builtin = self._builtins[tool_name]
         try:
             args = builtin.model.model_validate(raw)
         except ValidationError as exc:
             raise InvalidArgumentsError(_pydantic_message(tool_name, exc)) from None
-        if owner is _shells.NO_SESSION and self._worlds.private:
+        workplace = workplace or self._workplaces.own
+        worlds = workplace.worlds
+        if owner is _shells.NO_SESSION and worlds.private:
             # No session to end: this call's /tmp lasts as long as the call.
-            policy = await self._session_policy(owner, fresh=True)
+            policy = await anyio.to_thread.run_sync(worlds.fresh)
             try:
-                return await self._run_builtin(args, policy, approve, owner)
+                return await self._run_builtin(args, policy, approve, owner, workplace)
             finally:
                 if _made(policy):  # a `read` never makes it
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(Worlds.discard, policy)
-        return await self._run_builtin(args, await self._session_policy(owner), approve, owner)
-
-    async def _session_policy(self, owner: object | None, *, fresh: bool = False) -> SandboxPolicy:
-        """The policy of `owner`'s calls: with its private /tmp (`sandbox/world.py`); a fresh one needs a
-        worker thread only the first time (a sweep of dead processes' directories), then it is a copy."""
-        if fresh:
-            if self._fresh_swept:
-                return self._worlds.fresh()
-            policy = await anyio.to_thread.run_sync(self._worlds.fresh)
-            self._fresh_swept = True
-            return policy
-        return self._worlds.known(owner) or await anyio.to_thread.run_sync(self._worlds.policy_for, owner)
+        policy = worlds.known(owner) or await anyio.to_thread.run_sync(worlds.policy_for, owner)
+        return await self._run_builtin(args, policy, approve, owner, workplace)
 
     async def _run_builtin(
-        self, args: BaseModel, policy: SandboxPolicy, approve: Approver | None, owner: object | None
+        self,
+        args: BaseModel,
+        policy: SandboxPolicy,
+        approve: Approver | None,
+        owner: object | None,
+        workplace: Workplace,
     ) -> types.CallToolResult:
+        tree = workplace.tree
         match args:
             case BashArgs():
-                return await _bash.run_bash(policy, args, self._shells, owner=owner, tree=self._tree)
+                return await _bash.run_bash(policy, args, self._shells, owner=owner, tree=tree)
             case ReadArgs():
                 return await _read.read_file(policy, args)
             case WriteArgs():
@@ -380,7 +391,7 @@ class Toolbox(AsyncContextManagerMixin):
             case EditArgs():
                 return await _write.edit_file(policy, args, approve=approve, grants=self.grants)
             case BashOutputArgs():
-                return await self._shells.output(args.shell_id, owner=owner, tree=self._tree)
+                return await self._shells.output(args.shell_id, owner=owner, tree=tree)
             case KillShellArgs():
                 return await self._shells.kill(args.shell_id, owner=owner)
             case _:

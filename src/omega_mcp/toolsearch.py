@@ -56,6 +56,8 @@ SEARCH_TOOLS = "search_tools"
 CALL_TOOL = "call_tool"
 DEFAULT_LIMIT = 5
 MAX_LIMIT = 20
+_KEEP_CANDIDATES = 500
+"""How many ranked tools a search for a client with a profile looks through for the ones it may use."""
 AUTO_THRESHOLD_CHARS = 40_000
 """`auto` turns search on above this many characters of tool definitions (about 10,000 tokens)."""
 MIN_CONFIDENCE = 0.2
@@ -190,14 +192,32 @@ class ToolFinder:
         """Every indexed tool by exported name."""
         return self._entries
 
-    def search(self, query: str, limit: int = DEFAULT_LIMIT, *, min_confidence: float = MIN_CONFIDENCE) -> Found:
-        """The best tools for keywords, at most `limit` (capped at MAX_LIMIT); weak fits left out."""
-        hits = [h for h in self.index.search(query, max(1, min(limit, MAX_LIMIT))) if h.confidence >= min_confidence]
+    def search(
+        self,
+        query: str,
+        limit: int = DEFAULT_LIMIT,
+        *,
+        min_confidence: float = MIN_CONFIDENCE,
+        keep: Callable[[Entry], bool] | None = None,
+    ) -> Found:
+        """The best tools for keywords, at most `limit` (capped at MAX_LIMIT); weak fits left out, and
+        with `keep` (a hub client's profile) the tools it refuses."""
+        limit = max(1, min(limit, MAX_LIMIT))
+        ranked = self.index.search(query, limit if keep is None else _KEEP_CANDIDATES)
+        hits = [h for h in ranked if h.confidence >= min_confidence]
+        if keep is not None:
+            hits = [h for h in hits if keep(self._entries[h.document.name])][:limit]
         chosen = tuple(self._entries[h.document.name] for h in hits)
         return Found(query, chosen, weak=bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE)
 
-    def select(self, names: Iterable[str], resolve: Callable[[str], str | None] | None = None) -> Found:
-        """The tools named, in that order (duplicates once); `resolve` maps an alias to an exported name."""
+    def select(
+        self,
+        names: Iterable[str],
+        resolve: Callable[[str], str | None] | None = None,
+        keep: Callable[[Entry], bool] | None = None,
+    ) -> Found:
+        """The tools named, in that order (duplicates once); `resolve` maps an alias to an exported name;
+        a tool `keep` refuses is as unknown."""
         chosen: list[Entry] = []
         unknown: list[str] = []
         for raw in names:
@@ -209,18 +229,28 @@ class ToolFinder:
                 if not self._folded:
                     self._folded = {key.casefold(): key for key in self._entries}
                 exported = self._alias_map().get(name) or self._folded.get(name.casefold())
-            if exported is None or exported not in self._entries:
+            if (
+                exported is None
+                or exported not in self._entries
+                or (keep is not None and not keep(self._entries[exported]))
+            ):
                 unknown.append(name)
             elif self._entries[exported] not in chosen:
                 chosen.append(self._entries[exported])
         return Found(_SELECT + ",".join(names), tuple(chosen), tuple(unknown), selected=True)
 
-    def run(self, query: str, limit: int = DEFAULT_LIMIT, resolve: Callable[[str], str | None] | None = None) -> Found:
-        """`search_tools`' query: `select:A,B` picks by name, anything else is keywords."""
+    def run(
+        self,
+        query: str,
+        limit: int = DEFAULT_LIMIT,
+        resolve: Callable[[str], str | None] | None = None,
+        keep: Callable[[Entry], bool] | None = None,
+    ) -> Found:
+        """`search_tools`' query: `select:A,B` picks by name, anything else is keywords (`keep`: see `search`)."""
         stripped = query.strip()
         if stripped.lower().startswith(_SELECT):
-            return self.select(stripped[len(_SELECT) :].split(","), resolve)
-        return self.search(stripped, limit)
+            return self.select(stripped[len(_SELECT) :].split(","), resolve, keep)
+        return self.search(stripped, limit, keep=keep)
 
 
 # -- the tools' definitions and results -------------------------------------------------------

@@ -253,3 +253,22 @@ async def test_without_search_the_two_tools_do_not_exist(rwx_policy: SandboxPoli
                 await c.call_tool(SEARCH_TOOLS, {"query": "echo"})
     assert SEARCH_TOOLS not in names and "mcp__down__echo" in names
     assert "Unknown tool" in unknown.value.error.message
+
+
+async def test_a_hub_clients_search_finds_only_the_tools_its_profile_permits(rwx_policy: SandboxPolicy):
+    from omega_mcp.config import ClientConfig
+    from omega_mcp.server.profiles import ClientProfile
+
+    tools = [echo_tool("reverse_words"), echo_tool("reverse_lines")]
+    tools[0].description = "Reverse the order of the words in a sentence"
+    tools[1].description = "Reverse the order of the lines in a text"
+    token = "client-token-0123456789abcdef"
+    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), None)
+    async with search_hub(rwx_policy, {"down": downstream(tools=tools)}) as (_, _toolbox, server):
+        assert server.tool_search is not None
+        _, everyone = await server.tool_search.search({"query": "reverse the words", "limit": 5})
+        _, permitted = await server.tool_search.search({"query": "reverse the words", "limit": 5}, profile)
+        _, picked = await server.tool_search.search({"query": "select:mcp__down__reverse_words"}, profile)
+    assert "mcp__down__reverse_words" in everyone
+    assert "mcp__down__reverse_words" not in permitted and "mcp__down__reverse_lines" in permitted
+    assert picked == []

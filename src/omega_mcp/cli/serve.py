@@ -53,10 +53,12 @@ async def _serve(
     early: EarlyStarts | None,
     sockets: list[socket.socket],
 ) -> int:
+    from omega_mcp.cli.hub import ensure_client_workspaces
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers, summary
     from omega_mcp.sandbox.servers import confined_servers
     from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.profiles import Profiles
     from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
     from omega_mcp.server.tool_search import SessionTools
@@ -74,17 +76,24 @@ async def _serve(
             if hub.tool_search == "off"
             else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
         )
+        profiles = Profiles(policy, hub.clients) if args.http else None
+        if profiles is not None:
+            ensure_client_workspaces(config)
         server = build_server(
             toolbox,
             catalog=downstreams,
             instructions=hub_instructions(policy, sandbox, list(config.servers)),
             tool_search=search,
+            profiles=profiles,
         )
         async with anyio.create_task_group() as tg:
-            tg.start_soon(guard.until_signalled, tg.cancel_scope)
-            if args.http:
+            if profiles is not None:
+                from omega_mcp.cli.hub import drain_on_sigterm, hub_operations, reload_on_sighup
                 from omega_mcp.server.http import serve_http
 
+                tokens, ops = hub_operations(config, server, toolbox, downstreams, policy)
+                tg.start_soon(drain_on_sigterm, guard, ops, hub.drain_seconds, tg.cancel_scope)
+                await tg.start(reload_on_sighup, config, policy, downstreams, tokens, profiles)
                 await serve_http(
                     server,
                     host=args.host,
@@ -93,8 +102,11 @@ async def _serve(
                     sockets=sockets,
                     allowed_hosts=config.hub.allowed_hosts,
                     max_message_bytes=config.hub.max_message_mb << 20,
+                    tokens=tokens,
+                    ops=ops,
                 )
             else:
+                tg.start_soon(guard.until_signalled, tg.cancel_scope)
                 logger.info("serving MCP on stdio")
                 await run_stdio(server, max_message_bytes=config.hub.max_message_mb << 20)
             tg.cancel_scope.cancel()

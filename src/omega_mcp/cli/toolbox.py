@@ -32,9 +32,11 @@ if TYPE_CHECKING:
     from omega_mcp.names import Naming
     from omega_mcp.proxy.sampling import ProviderSampler
     from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.sandbox.untrusted import LaunchGuard
     from omega_mcp.toolbox import Toolbox
 
-__all__ = ["BUILTIN_TOOL_NAMES", "SERVE_STARTUP_WAIT_SECONDS", "needs_servers", "open_toolbox"]
+__all__ = ["BUILTIN_TOOL_NAMES", "SERVE_STARTUP_WAIT_SECONDS", "launch_guard", "needs_servers", "open_toolbox"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +154,14 @@ def sampler_for(config: Config) -> ProviderSampler | None:
     return ProviderSampler(settings)
 
 
+def launch_guard(config: Config, policy: SandboxPolicy) -> LaunchGuard:
+    """What a model may write, for the servers omega starts: the sandbox's roots and every hub
+    client's own workspace (`sandbox/untrusted.py`)."""
+    from omega_mcp.sandbox.untrusted import LaunchGuard
+
+    return LaunchGuard.of(policy).widened(c.workspace for c in config.hub.clients.values() if c.workspace)
+
+
 @asynccontextmanager
 async def open_toolbox(
     config: Config, args: argparse.Namespace, early: EarlyStarts | None = None, *, with_servers: bool = True
@@ -167,7 +177,6 @@ async def open_toolbox(
     """
     from omega_mcp.proxy.client_requests import ClientRequests
     from omega_mcp.proxy.supervisor import Downstreams
-    from omega_mcp.sandbox.untrusted import LaunchGuard
     from omega_mcp.toolbox import Toolbox
 
     policy = policy_for(config, args)
@@ -183,7 +192,7 @@ async def open_toolbox(
             requests = ClientRequests(serving=args.command == "serve", sampler=sampler)
             downstreams = Downstreams.from_config(
                 config,
-                guard=LaunchGuard.of(policy),
+                guard=launch_guard(config, policy),
                 startup_wait_seconds=startup_wait,
                 early=early,
                 one_shot=one_shot,
@@ -191,8 +200,8 @@ async def open_toolbox(
             )
         else:
             downstreams = Downstreams([])
-        toolbox = Toolbox(
-            policy, downstreams if with_servers and config.servers else None, naming=_naming(config, args)
-        )
+        # The HTTP hub routes to the Downstreams even when it starts with none: a reload may add some.
+        routed = with_servers and (config.servers or getattr(args, "http", False))
+        toolbox = Toolbox(policy, downstreams if routed else None, naming=_naming(config, args))
         async with downstreams, toolbox:
             yield toolbox, downstreams

@@ -63,12 +63,17 @@ def check_trust(config: Config, args: argparse.Namespace) -> None:
         _refuse_planted(config, args, policy)
     key = "--workspace" if getattr(args, "workspace", None) else "sandbox.workspace"
     problems = root_problems(policy, workspace_key=key) + server_root_problems(config)
-    if problems and policy.mode == "rwx":
-        for problem in problems:
-            logger.warning("UNSAFE write root (allowed in rwx mode only): %s", problem)
-    elif problems:
+    warned = problems if policy.mode == "rwx" else []
+    refused = [] if policy.mode == "rwx" else problems
+    for name, client in config.hub.clients.items():  # a hub client's own workspace, judged in its own mode
+        if client.workspace is not None:
+            found = root_problems(policy, roots=[(f"hub.clients.{name}.workspace", client.workspace)])
+            (warned if (client.mode or policy.mode) == "rwx" else refused).extend(found)
+    for problem in warned:
+        logger.warning("UNSAFE write root (allowed in rwx mode only): %s", problem)
+    if refused:
         path = str(config.path) if config.path else None
-        errors = [ConfigError(f"{p.root} {p.reason}; pick another directory", path=path, key=p.key) for p in problems]
+        errors = [ConfigError(f"{p.root} {p.reason}; pick another directory", path=path, key=p.key) for p in refused]
         raise ConfigError.combine(errors) if len(errors) > 1 else errors[0]
 
 

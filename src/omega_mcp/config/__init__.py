@@ -22,6 +22,7 @@ from __future__ import annotations
 from omega_mcp.config.load import find_config_path, load_config
 from omega_mcp.config.tables import (
     AgentConfig,
+    ClientConfig,
     Config,
     HubConfig,
     OnDenied,
@@ -36,6 +37,7 @@ from omega_mcp.config.tables import (
 
 __all__ = [
     "AgentConfig",
+    "ClientConfig",
     "Config",
     "HubConfig",
     "OnDenied",

@@ -27,6 +27,7 @@ from omega_mcp.config.tables import (
     TAG_TABLE,
     UNRESOLVED_URLS,
     AgentConfig,
+    ClientConfig,
     Config,
     HubConfig,
     SamplingConfig,
@@ -98,6 +99,8 @@ def _unknown(loc: tuple[int | str, ...], value: object) -> str:
     model = _TABLES.get(str(loc[0])) if len(loc) == (3 if loc[0] == "servers" else 2) else None
     if loc[0] == "servers" and len(loc) == 4 and loc[2] == "sandbox":
         model = ServerSandboxConfig
+    if loc[:2] == ("hub", "clients") and len(loc) == 4:
+        model = ClientConfig
     if model is None:
         return "unknown key"
     close = difflib.get_close_matches(key, list(model.model_fields), n=1)
@@ -239,6 +242,35 @@ def _transport_problems(servers: Mapping[str, object], described: list[tuple[str
     return found
 
 
+_WHOLE_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _client_tokens(data: dict[str, Any], env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each `[hub.clients.NAME] token` replaced by the environment variable it names (in place), and
+    the problems: a token must be exactly `${VAR}` (one written in the file, or as a default, would be
+    read by whoever reads the file) of a variable that is set. A token's value is never quoted back."""
+    problems: list[tuple[str, str]] = []
+    for name, entry in as_object(as_object(data.get("hub")).get("clients")).items():
+        table, key = as_object(entry), f"hub.clients.{name}.token"
+        token = table.get("token")
+        if not isinstance(token, str):
+            continue  # missing or not a string: validation says so
+        match = _WHOLE_REFERENCE.fullmatch(token.strip())
+        if match is None:
+            problems.append(
+                (
+                    key,
+                    f'must name the environment variable holding it, e.g. token = "${{{name.upper()}_TOKEN}}" '
+                    "(a token written in the file is read by whoever reads the file)",
+                )
+            )
+        elif not env.get(match[1]):
+            problems.append((key, f"environment variable {match[1]} is not set (or empty)"))
+        else:
+            table["token"] = env[match[1]]
+    return problems
+
+
 def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
     """Find, parse, expand and validate the configuration.
 
@@ -277,6 +309,7 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
             if isinstance(url := as_object(servers[name]).get("url"), str) and has_reference(url):
                 unresolved_urls.add(url)
     context = {PROBLEMS: problems, UNRESOLVED_URLS: frozenset(unresolved_urls)}
+    tokens = _client_tokens(data, env)
     dates: list[tuple[str, str]] = []
     document = {**_without_dates(data, "", dates), "path": str(found), "home": str(home)}
     described: list[tuple[str, str]] = []
@@ -289,6 +322,8 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
     dated = {key for key, _ in dates if key not in unknown}  # a date's own line says it all
     described = [(k, m) for k, m in described if k not in dated] + [(k, m) for k, m in dates if k in dated]
     described += _transport_problems(servers, described)
+    if tokens:  # what is wrong with where a token comes from says more than what it came out as
+        described = [(k, m) for k, m in described if k not in dict(tokens)] + tokens
     if described or config is None:
         raise ConfigError.combine([ConfigError(m, path=str(found), key=k) for k, m in described]) from None
     base = found.parent
@@ -299,7 +334,12 @@ def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
         }
     )
     servers_abs = {name: _server_paths(entry, base) for name, entry in config.servers.items()}
-    return config.model_copy(update={"sandbox": sandbox, "servers": servers_abs})
+    clients = {
+        name: client.model_copy(update={"workspace": _absolute(client.workspace, base)})
+        for name, client in config.hub.clients.items()
+    }
+    hub = config.hub.model_copy(update={"clients": clients})
+    return config.model_copy(update={"sandbox": sandbox, "servers": servers_abs, "hub": hub})
 
 
 def _server_paths(entry: ServerConfig, base: Path) -> ServerConfig:

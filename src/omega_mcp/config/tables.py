@@ -8,7 +8,6 @@ passes the real types (the validators below turn lists and strings into them).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -28,6 +27,9 @@ from pydantic import (
     model_validator,
 )
 
+from omega_mcp.config.values import check_path as _check_path
+from omega_mcp.config.values import need_list as _need_list
+from omega_mcp.config.values import no_nul as _no_nul
 from omega_mcp.narrow import as_object
 from omega_mcp.sensitive import (
     DEFAULT_HIDDEN,
@@ -39,6 +41,7 @@ from omega_mcp.sensitive import (
 
 __all__ = [
     "AgentConfig",
+    "ClientConfig",
     "Config",
     "HubConfig",
     "OnDenied",
@@ -60,60 +63,12 @@ OnDenied = Literal["deny", "ask"]
 _SERVER_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+MIN_TOKEN_CHARS = 16
+"""The shortest `[hub.clients.NAME] token` accepted."""
+
 # Validation context keys: what `load_config` knows from expansion and no TOML key can set.
 PROBLEMS = "omega_server_problems"
 UNRESOLVED_URLS = "omega_unresolved_urls"
-
-# What each list key holds, and an example of one, for `_need_list`'s message.
-_LISTS = {
-    "args": ("arguments", ["-m", "mcp_server_time"]),
-    "tools": ("globs", ["get_*"]),
-    "exclude_tools": ("globs", ["delete_*"]),
-    "write_roots": ("directories", ["/tmp/scratch"]),
-    "env_passthrough": ("variable names", ["GITHUB_TOKEN"]),
-    "hide": ("paths", ["~/secret-dir"]),
-    "unhide": ("paths", ["~/.ssh"]),
-    "protect": ("names or globs", ["Makefile"]),
-    "unprotect": ("names", [".idea/"]),
-    "scopes": ("scopes", ["read", "write"]),
-    "allow": ("server names", ["server-a"]),
-    "allowed_hosts": ("host names", ["omega.internal:8765"]),
-    "always_visible": ("globs", ["bash", "read", "mcp__github__*"]),
-}
-
-
-def _need_list(value: Any, info: ValidationInfo) -> Any:
-    """A list key given anything else is refused with the list form, from the user's own string when
-    there is one: `tools = "get_*"` gets `e.g. tools = ["get_*"]`."""
-    if isinstance(value, list | tuple):
-        return tuple(value)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
-    key = info.field_name or ""
-    what, example = _LISTS[key]
-    if isinstance(value, str) and value.strip():
-        example = value.split() if key == "args" else [value]
-    raise ValueError(f"expected a list of {what}, e.g. {key} = [{', '.join(json.dumps(e) for e in example)}]")
-
-
-def _check_path(value: Any, info: ValidationInfo) -> Any:
-    """A configured path must be a non-empty string without NUL (an empty one would silently mean the
-    config file's own directory; a NUL cannot reach the OS). In the form the strict mode takes: a
-    string from the file (JSON mode), a `Path` from code."""
-    if isinstance(value, Path):
-        value = str(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be a path (a string), got {value!r}")
-    if not value.strip():
-        raise ValueError('must not be empty (write "." for the directory of the config file)')
-    if "\0" in value:
-        raise ValueError(f"contains a NUL character: {value!r}")
-    return Path(value) if info.mode == "python" else value
-
-
-def _no_nul(value: str | None, what: str) -> str | None:
-    if value is not None and "\0" in value:
-        raise ValueError(f"{what} contains a NUL character: {value!r}")
-    return value
-
 
 _MAX_MIB = 2**40  # in bytes still below 2**63: rlimits are signed 64-bit in Python's resource module
 
@@ -264,6 +219,8 @@ class ServerConfig(_Strict):
     """How a stdio server is confined; None follows `[sandbox] servers`."""
     era: Literal["auto", "handshake", "modern"] = "auto"
     """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
+    share: Literal["shared", "session"] = "shared"
+    """One process for every client, or one per client session (`proxy/pool.py`)."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
     client_secret_env: str | None = None
@@ -385,6 +342,60 @@ class SamplingConfig(_Strict):
     _allow_list = field_validator("allow", mode="before")(_need_list)
 
 
+def _server_key(key: str) -> str:
+    if not _SERVER_KEY.match(key):
+        raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
+    if "__" in key:
+        raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
+    return key
+
+
+ServerKey = Annotated[str, AfterValidator(_server_key)]
+"""A `[servers.NAME]` key, checked one by one: every bad key is reported, with the entries' own problems."""
+
+
+def _client_key(key: str) -> str:
+    if not _SERVER_KEY.match(key):
+        raise ValueError(f"client name {key!r} may only contain letters, digits, '-' and '_'")
+    return key
+
+
+ClientKey = Annotated[str, AfterValidator(_client_key)]
+"""A `[hub.clients.NAME]` key: the same characters as a server key."""
+
+
+class ClientConfig(_Strict):
+    """`[hub.clients.NAME]`: one client of the HTTP hub, its token and its profile (`server/profiles.py`)."""
+
+    token: str = Field(repr=False)
+    """From the environment (`load.py` refuses a token written in the file): `token = "${ALICE_TOKEN}"`."""
+    tools: tuple[str, ...] | None = None
+    """Allow globs over tool names (built-in names, `mcp__<server>__<tool>`); None: every tool."""
+    exclude_tools: tuple[str, ...] = ()
+    workspace: Path | None = None
+    """The client's own workspace (None: the hub's)."""
+    mode: SandboxMode | None = None
+    """The client's own sandbox mode (None: the hub's)."""
+
+    _lists = field_validator("tools", "exclude_tools", mode="before")(_need_list)
+
+    @field_validator("workspace", mode="before")
+    @classmethod
+    def _workspace_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _check_path(value, info)
+
+    @field_validator("token")
+    @classmethod
+    def _secret_enough(cls, value: str) -> str:
+        # Never quoted back: the message is read in logs and terminals.
+        if len(value.strip()) < MIN_TOKEN_CHARS or any(c.isspace() for c in value):
+            raise ValueError(
+                f"too short for a secret or has spaces (at least {MIN_TOKEN_CHARS} characters, none blank; "
+                "e.g. the output of `openssl rand -hex 32`)"
+            )
+        return value
+
+
 class HubConfig(_Strict):
     """`[hub]`: how the MCP server names downstream tools for its client (see `names.Naming`), and the HTTP hub."""
 
@@ -401,21 +412,13 @@ class HubConfig(_Strict):
     when the tools' definitions exceed 40,000 characters)."""
     always_visible: tuple[str, ...] | None = None
     """Globs of the tools listed even in search mode; None: the built-ins."""
+    drain_seconds: float = Field(default=30.0, ge=0, le=3600, allow_inf_nan=False)
+    """On SIGTERM, how long requests are still served (and calls in flight may finish) before omega exits."""
+    clients: dict[ClientKey, ClientConfig] = Field(default_factory=dict[str, ClientConfig])
+    """`[hub.clients.NAME]`: the HTTP clients with their own token and profile."""
 
     _hosts_list = field_validator("allowed_hosts", mode="before")(_need_list)
     _visible_list = field_validator("always_visible", mode="before")(_need_list)
-
-
-def _server_key(key: str) -> str:
-    if not _SERVER_KEY.match(key):
-        raise ValueError(f"server key {key!r} may only contain letters, digits, '-' and '_'")
-    if "__" in key:
-        raise ValueError(f"server key {key!r} must not contain '__' (it separates mcp__<server>__<tool>)")
-    return key
-
-
-ServerKey = Annotated[str, AfterValidator(_server_key)]
-"""A `[servers.NAME]` key, checked one by one: every bad key is reported, with the entries' own problems."""
 
 
 class Config(_Strict):

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar, cast
 
 from mcp import types
 from pydantic import BaseModel
 
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec, usable_tools
 
-__all__ = ["Request", "list_catalog", "list_prompts", "list_resources", "list_tools"]
+__all__ = ["Request", "list_catalog", "list_prompts", "list_resources", "list_tools", "relist"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,3 +103,30 @@ async def list_catalog(
     prompts = await list_prompts(request, capabilities, spec.server_name)
     resources, templates = await list_resources(request, capabilities, spec.server_name)
     return Catalog(tools, prompts, resources, templates)
+
+
+class _Lists(Protocol):
+    """What a connected session lists (`session.DownstreamSession`)."""
+
+    async def list_tools(self) -> tuple[types.Tool, ...]: ...
+
+    async def list_prompts(self) -> tuple[types.Prompt, ...]: ...
+
+    async def list_resources(self) -> tuple[tuple[types.Resource, ...], tuple[types.ResourceTemplate, ...]]: ...
+
+
+async def relist(session: _Lists, catalog: Catalog, kinds: set[str]) -> Catalog:
+    """`catalog` with the lists of `kinds` ("tools", "prompts", "resources") listed afresh (after list_changed).
+
+    Raises:
+        MCPError: the server refused a listing, or did not answer in time.
+        ValidationError: an answer is no list of that kind.
+    """
+    if "tools" in kinds:
+        catalog = replace(catalog, tools=await session.list_tools())
+    if "prompts" in kinds:
+        catalog = replace(catalog, prompts=await session.list_prompts())
+    if "resources" in kinds:
+        resources, templates = await session.list_resources()
+        catalog = replace(catalog, resources=resources, resource_templates=templates)
+    return catalog

@@ -97,6 +97,7 @@ class _Storage:
     def __init__(self, settings: OAuthSettings) -> None:
         self._settings = settings
         self._file = TokenFile(settings.record, settings.url)
+        self._stamp = self._file.stamp()
         self.record = self._file.read()
         self.step_up = str(self.record.get("step_up") or "")
         """A scope the server asked for beyond what was granted (recorded by a hub, asked for by a login)."""
@@ -106,11 +107,32 @@ class _Storage:
 
     def _save(self) -> None:
         try:
-            self._file.write({**self.record, "server": self._settings.server_name})
+            with self._file.locked():
+                self._file.write({**self.record, "server": self._settings.server_name})
+                self._stamp = self._file.stamp()
         except OSError as exc:  # inside the SDK's flow: say it in omega's one line, not as a connection failure
             raise OAuthError(f"cannot save the tokens in {self._file.path}: {exc.strerror or exc}") from exc
 
+    def adopt_newer(self) -> bool:
+        """Take the tokens another omega process (a hub replica on the same $OMEGA_HOME) stored since
+        this one last read or wrote the file; whether there were any. Not during a login."""
+        if self._settings.interactive is not None or self._file.stamp() == self._stamp:
+            return False
+        with self._file.locked():
+            self._stamp, record = self._file.stamp(), self._file.read()
+        if record.get("tokens") is None or record.get("tokens") == self.record.get("tokens"):
+            return False
+        for key in ("tokens", "expires_at"):
+            self.record[key] = record.get(key)
+        if self.provider is not None:
+            context = self.provider.context
+            context.current_tokens = _parse(OAuthToken, record.get("tokens"))
+            expires_at = record.get("expires_at")
+            context.token_expiry_time = float(expires_at) if isinstance(expires_at, int | float) else None
+        return True
+
     async def get_tokens(self) -> OAuthToken | None:
+        self.adopt_newer()
         return _parse(OAuthToken, self.record.get("tokens"))
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
@@ -263,6 +285,8 @@ class _Provider(OAuthClientProvider):
 
     async def _refresh_token(self) -> httpx2.Request:
         self._secret_method()
+        # Another replica may have refreshed already: its refresh token is the one the server still takes.
+        self._storage.adopt_newer()
         return await super()._refresh_token()
 
     async def _perform_authorization(self) -> httpx2.Request:

@@ -9,12 +9,13 @@ the CLI and the status lines read of it without the flow: the loopback port a lo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,30 @@ class TokenFile:
     def __init__(self, path: Path, url: str) -> None:
         self.path = path
         self.url = url
+
+    def stamp(self) -> tuple[int, int] | None:
+        """Which version of the file is on disk (inode and mtime: every write renames a new file over
+        it), None when there is none: a replica re-reads the record when another one changed it."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    @contextlib.contextmanager
+    def locked(self) -> Generator[None]:
+        """Hold the record's lock (`flock` on a sibling `.lock` file), so that several omega processes
+        on one $OMEGA_HOME (hub replicas) read, refresh and write it one at a time. Blocking: take it
+        in a worker thread."""
+        directory = self.path.parent
+        directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def read(self) -> dict[str, Any]:
         """The record; empty when there is none, it cannot be read, or it was made for another URL."""

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
@@ -26,16 +26,17 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from omega_mcp._sdk import Transport
-from omega_mcp.config import HubConfig, ServerConfig, omega_home
+from omega_mcp.config import Config, HubConfig, ServerConfig, omega_home
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
 from omega_mcp.proxy.recursion import launches_omega
 from omega_mcp.proxy.spawn import launch_problem
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.servers import server_policy
 from omega_mcp.sandbox.untrusted import LaunchGuard
 
-__all__ = ["Catalog", "DownstreamSpec", "Target", "usable_tools"]
+__all__ = ["Catalog", "DownstreamSpec", "Target", "specs_from_config", "usable_tools"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class DownstreamSpec:
     """`[hub] max_message_mb`: the longest message taken from the server (a longer answer fails its request)."""
     era: EraChoice = "auto"
     """`era` in servers.toml: the era it offers (2026-07-28 first), or only `handshake` / `modern`."""
+    share: Literal["shared", "session"] = "shared"
+    """`share` in servers.toml: one connection for every client, or one per client session (pool.py)."""
 
     @classmethod
     def from_config(
@@ -128,6 +131,7 @@ class DownstreamSpec:
             guard=guard,
             max_message_bytes=max_message_mb << 20,
             era=config.era,
+            share=config.share,
         )
 
     def refusal(self, started_by: str | None = None) -> str | None:
@@ -157,6 +161,23 @@ class DownstreamSpec:
         if self.tools is not None and not any(fnmatch.fnmatchcase(tool_name, g) for g in self.tools):
             return False
         return not any(fnmatch.fnmatchcase(tool_name, g) for g in self.exclude_tools)
+
+
+def specs_from_config(config: Config, guard: LaunchGuard | None = None) -> list[DownstreamSpec]:
+    """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts,
+    nor one that `guard` refuses: see `sandbox/untrusted.py`)."""
+    return [
+        DownstreamSpec.from_config(
+            name,
+            entry,
+            problem=config.server_problem(name),
+            confinement=server_policy(config, name),
+            home=config.home,
+            guard=guard,
+            max_message_mb=config.hub.max_message_mb,
+        )
+        for name, entry in config.servers.items()
+    ]
 
 
 @dataclass(frozen=True, slots=True)

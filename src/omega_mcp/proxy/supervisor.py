@@ -23,7 +23,6 @@ import logging
 import math
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
 import anyio
@@ -40,16 +39,16 @@ from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
-from omega_mcp.proxy.oauth import step_up_needed
+from omega_mcp.proxy.listing import relist
+from omega_mcp.proxy.pool import SESSION, SessionServers
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
-from omega_mcp.proxy.spec import Catalog, DownstreamSpec
-from omega_mcp.proxy.status import ServerState, ServerStatus, down_message, lost_state
+from omega_mcp.proxy.spec import Catalog, DownstreamSpec, specs_from_config
+from omega_mcp.proxy.status import Entry, ServerState, ServerStatus, down_message, lost_state, status_of
 from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
-from omega_mcp.sandbox.servers import server_policy
 from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = ["Catalog", "DownstreamSpec", "Downstreams", "ServerState", "ServerStatus"]
@@ -58,23 +57,6 @@ logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
 _SETTLE_MARGIN_SECONDS = 5.0  # how long a wait for a first attempt may outlast its connect timeout
-
-
-@dataclass(slots=True)
-class _Entry:
-    spec: DownstreamSpec
-    state: ServerState = "connecting"
-    reason: str | None = None
-    retry_at: float | None = None
-    session: DownstreamSession | None = None
-    attempt: DownstreamSession | None = None
-    catalog: Catalog = field(default_factory=Catalog)
-    tools_by_name: Mapping[str, types.Tool] | None = None
-    settled: bool = False
-    warned: set[str] = field(default_factory=set[str])
-    """Problems with this server's tool list already logged (once each, across restarts)."""
-    refused: bool = False
-    """Never started: a config problem (an unset variable), or it would be omega running itself."""
 
 
 class Downstreams(AsyncContextManagerMixin):
@@ -107,15 +89,7 @@ class Downstreams(AsyncContextManagerMixin):
         self.client_requests = client_requests if client_requests is not None else ClientRequests()
         self.client_requests.roots_listener = self.send_roots_list_changed
         self._one_shot = one_shot
-        self._entries = {
-            spec.server_name: _Entry(spec, state="connecting" if spec.enabled else "disabled") for spec in specs
-        }
-        parent = started_by_omega()
-        for entry in self._entries.values():
-            refusal = entry.spec.refusal(parent) if entry.spec.enabled else None
-            if refusal is not None:
-                entry.state, entry.reason, entry.settled, entry.refused = "failed", refusal, True, True
-                logger.warning("server %s is not started: %s", entry.spec.server_name, refusal)
+        self._entries = {spec.server_name: self._entry(spec) for spec in specs}
         self._startup_wait = startup_wait_seconds
         self._started_at = 0.0
         self._backoff = (backoff_seconds, backoff_max_seconds, stable_seconds)
@@ -131,30 +105,28 @@ class Downstreams(AsyncContextManagerMixin):
         """Who subscribed to which resource (resources/subscribe, subscriptions/listen filters)."""
         self.resources_updated: UpdateSink | None = None
         """Delivers a server's `resources/updated` to its subscribers (set by the MCP server)."""
+        self.pool = SessionServers(self.client_requests)
+        """Each client session's own connections to the `share = "session"` servers (pool.py)."""
         self._update_settled()
+
+    @staticmethod
+    def _entry(spec: DownstreamSpec) -> Entry:
+        entry = Entry(spec, state="connecting" if spec.enabled else "disabled")
+        refusal = spec.refusal(started_by_omega()) if spec.enabled else None
+        if refusal is not None:
+            entry.state, entry.reason, entry.settled, entry.refused = "failed", refusal, True, True
+            logger.warning("server %s is not started: %s", spec.server_name, refusal)
+        return entry
 
     @classmethod
     def from_config(cls, config: Config, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts,
-        nor one that `guard` refuses: see `sandbox/untrusted.py`)."""
-        specs = [
-            DownstreamSpec.from_config(
-                name,
-                entry,
-                problem=config.server_problem(name),
-                confinement=server_policy(config, name),
-                home=config.home,
-                guard=guard,
-                max_message_mb=config.hub.max_message_mb,
-            )
-            for name, entry in config.servers.items()
-        ]
-        return cls(specs, **options)
+        """One spec per `[servers.NAME]` entry, in config order (`spec.specs_from_config`)."""
+        return cls(specs_from_config(config, guard), **options)
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         with quiet_transport_logs():
-            async with self._supervisors():
+            async with self.pool, self._supervisors():
                 yield self
 
     @asynccontextmanager
@@ -173,7 +145,18 @@ class Downstreams(AsyncContextManagerMixin):
 
     # -- supervision -------------------------------------------------------------------------
 
-    async def _supervise(self, entry: _Entry) -> None:
+    async def _supervise(self, entry: Entry) -> None:
+        if self._entries.get(entry.spec.server_name) is not entry:
+            return  # removed by a reload before it started
+        entry.scope, stopped = anyio.CancelScope(), anyio.Event()
+        entry.stopped = stopped
+        with entry.scope:
+            try:
+                await self._keep_up(entry)
+            finally:
+                stopped.set()
+
+    async def _keep_up(self, entry: Entry) -> None:
         base, ceiling, stable = self._backoff
         failures = 0
         while True:
@@ -190,7 +173,7 @@ class Downstreams(AsyncContextManagerMixin):
             await anyio.sleep(delay)
             entry.retry_at = None
 
-    async def _run_session(self, entry: _Entry) -> tuple[float | None, str]:
+    async def _run_session(self, entry: Entry) -> tuple[float | None, str]:
         """Connect, publish, follow notifications until the connection ends; returns why it ended."""
         spec = entry.spec
         requests = self.client_requests.for_server(spec.server_name, spec.timeout_seconds)
@@ -216,27 +199,20 @@ class Downstreams(AsyncContextManagerMixin):
             return None, session.with_exit(f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)")
         return connected_at, session.with_exit(session.close_reason or "the connection ended")
 
-    async def _follow(self, entry: _Entry, session: DownstreamSession) -> None:
+    async def _follow(self, entry: Entry, session: DownstreamSession) -> None:
         while True:
             kinds = await session.next_signals()
             if session.closed.is_set():
                 return
-            catalog = entry.catalog
             try:
                 with anyio.fail_after(entry.spec.timeout_seconds):
-                    if "tools" in kinds:
-                        catalog = replace(catalog, tools=await session.list_tools())
-                    if "prompts" in kinds:
-                        catalog = replace(catalog, prompts=await session.list_prompts())
-                    if "resources" in kinds:
-                        resources, templates = await session.list_resources()
-                        catalog = replace(catalog, resources=resources, resource_templates=templates)
+                    catalog = await relist(session, entry.catalog, kinds)
             except (MCPError, TimeoutError, ValidationError) as exc:
                 logger.warning("[%s] re-listing after list_changed failed: %s", entry.spec.server_name, exc)
                 continue
             self._publish(entry, session, catalog, announce=kinds)  # passed on even when the list looks the same
 
-    def _log_down(self, entry: _Entry, reason: str, delay: float) -> None:
+    def _log_down(self, entry: Entry, reason: str, delay: float) -> None:
         name = entry.spec.server_name
         key = (name, reason)
         level = logging.DEBUG if key in self._logged else logging.WARNING
@@ -247,7 +223,7 @@ class Downstreams(AsyncContextManagerMixin):
     # -- publication -------------------------------------------------------------------------
 
     def _publish(
-        self, entry: _Entry, session: DownstreamSession, catalog: Catalog, announce: set[str] | None = None
+        self, entry: Entry, session: DownstreamSession, catalog: Catalog, announce: set[str] | None = None
     ) -> None:
         if entry.session is not session:
             info = session.server_info
@@ -261,12 +237,12 @@ class Downstreams(AsyncContextManagerMixin):
         self._replace_catalog(entry, catalog, announce or set())
         self._mark_settled(entry)
 
-    def _unpublish(self, entry: _Entry, session: DownstreamSession) -> None:
+    def _unpublish(self, entry: Entry, session: DownstreamSession) -> None:
         entry.session = None
         entry.state, entry.reason = lost_state(entry.spec), session.close_reason or "the connection ended"
         self._replace_catalog(entry, Catalog())
 
-    def _replace_catalog(self, entry: _Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
+    def _replace_catalog(self, entry: Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
         old, entry.catalog = entry.catalog, catalog
         entry.tools_by_name = {t.name: t for t in catalog.tools}
         said = announce or set()
@@ -284,7 +260,7 @@ class Downstreams(AsyncContextManagerMixin):
             self._tools_cache = None
         self._poke()
 
-    def _mark_settled(self, entry: _Entry) -> None:
+    def _mark_settled(self, entry: Entry) -> None:
         if not entry.settled:
             entry.settled = True
             self._poke()  # a call waiting for this server (`wait_settled`) goes on
@@ -341,6 +317,38 @@ class Downstreams(AsyncContextManagerMixin):
         with anyio.move_on_after(bound):
             while self._task_group is not None and not all(e.settled for e in entries):
                 await self._changed.wait()
+
+    # -- reload (the rules are in reload.py) ---------------------------------------------------
+
+    def specs(self) -> dict[str, DownstreamSpec]:
+        """Every configured server's spec, config order."""
+        return {name: entry.spec for name, entry in self._entries.items()}
+
+    def add(self, spec: DownstreamSpec) -> None:
+        """Start supervising a server (added by a reload); its tools are announced once it connects."""
+        entry = self._entries[spec.server_name] = self._entry(spec)
+        if self._task_group is not None and spec.enabled and not entry.refused:
+            self._task_group.start_soon(self._supervise, entry, name=f"omega downstream {spec.server_name}")
+
+    async def remove(self, server_name: str) -> None:
+        """Stop a server (bounded) and take its tools out of the namespace (removed by a reload)."""
+        entry = self._entries.pop(server_name)
+        if entry.scope is not None and entry.stopped is not None:
+            entry.scope.cancel()
+            with anyio.move_on_after(_NOTIFY_SECONDS + 10):
+                await entry.stopped.wait()
+        self._replace_catalog(entry, Catalog())
+        self._tools_cache = None
+        self._versions[0] += 1
+        self._poke()
+
+    def order(self, server_names: Sequence[str]) -> None:
+        """Put the servers in this (config) order."""
+        entries = {name: self._entries[name] for name in server_names if name in self._entries}
+        if list(entries) != list(self._entries):
+            self._entries, self._tools_cache = entries, None
+            self._versions[0] += 1
+            self._poke()
 
     # -- tools -------------------------------------------------------------------------------
 
@@ -401,6 +409,10 @@ class Downstreams(AsyncContextManagerMixin):
             return error_wire(f"no downstream server named {server_name!r}")
         if entry.session is None:
             return error_wire(self.down_message(server_name))
+        if entry.spec.share == "session" and (key := SESSION.get()) is not None:
+            return await self.pool.call_tool(
+                entry.spec, key, tool_name, arguments, progress=progress, meta=meta, extra=extra
+            )
         with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
             return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
 
@@ -433,14 +445,4 @@ class Downstreams(AsyncContextManagerMixin):
     def statuses(self) -> list[ServerStatus]:
         """Every configured server, config order, with its state and exported tool names."""
         now = anyio.current_time() if self._task_group is not None else None
-        result: list[ServerStatus] = []
-        for name, entry in self._entries.items():
-            retry = max(0.0, entry.retry_at - now) if entry.retry_at is not None and now is not None else None
-            stdio = entry.session.stdio if entry.session is not None else None
-            pid = stdio.pid if stdio is not None else None
-            tools = tuple(t.name for t in entry.catalog.tools)
-            reason = entry.reason
-            if entry.state == "connected" and entry.spec.oauth is not None:
-                reason = step_up_needed(entry.spec.oauth)  # connected, but some requests need a login
-            result.append(ServerStatus(name, entry.state, reason, retry, tools, pid))
-        return result
+        return [status_of(entry, now) for entry in self._entries.values()]

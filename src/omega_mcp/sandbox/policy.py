@@ -85,6 +85,9 @@ class SandboxPolicy:
     the defaults minus `[sandbox] unprotect`, plus `[sandbox] protect`)."""
     shell_lifetime_seconds: float = 3600.0
     """How long a background shell may run (`[sandbox] shell_lifetime`)."""
+    foreign: tuple[Path, ...] = ()
+    """Other hub clients' workspaces (`server/profiles.py`): never writable, and hidden like omega's own
+    files (from bash too in sandbox and rx modes)."""
     private_tmp: Path | None = None
     """The calling session's private directory that stands in for `tmp_dir` (`sandbox/world.py`): bash
     sees it at `tmp_dir` and the file tools map `tmp_dir/...` into it. None: bash gets an empty private
@@ -169,7 +172,7 @@ class SandboxPolicy:
         paths.append(self.quarantine_dir)
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
-        paths += [*self.config_candidates, *self.own_code]
+        paths += [*self.config_candidates, *self.own_code, *self.foreign]
         if self.config_path is not None:
             paths.append(self.config_path)
         return tuple(dict.fromkeys(paths))
@@ -197,7 +200,7 @@ class SandboxPolicy:
         """omega's own files no tool may read: its token, state, config files, saved sessions and the
         sessions' private /tmp directories (the caller's own is reached at `tmp_dir` instead)."""
         configs = [p for p in (self.config_path, self.home / "servers.toml") if p is not None]
-        return (self.token_file, self.state_dir, *configs, self.sessions_dir, self.private_tmp_root)
+        return (self.token_file, self.state_dir, *configs, self.sessions_dir, self.private_tmp_root, *self.foreign)
 
     @property
     def hidden_paths(self) -> tuple[Path, ...]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +58,11 @@ class LaunchGuard:
         roots = tuple(dict.fromkeys(s for r in roots for s in _spellings(r)))
         exempt = tuple(dict.fromkeys(s for p in policy.protected_paths for s in _spellings(p)))
         return cls(home=policy.home, roots=roots, exempt=exempt)
+
+    def widened(self, roots: Iterable[Path]) -> LaunchGuard:
+        """This guard with more write roots (the hub clients' own workspaces, `server/profiles.py`)."""
+        more = tuple(s for r in roots for s in _spellings(r))
+        return LaunchGuard(self.home, tuple(dict.fromkeys((*self.roots, *more))), self.exempt)
 
     def default_cwd(self, server_name: str) -> Path:
         """`$OMEGA_HOME/servers/NAME`."""

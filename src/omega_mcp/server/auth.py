@@ -5,8 +5,10 @@ the network, could otherwise drive bash as the hub's user): `OMEGA_TOKEN`, else 
 once into `$OMEGA_HOME/token` (mode 0600, hidden from the tools), plus one token per
 `[hub.clients.NAME]`. A request carries `Authorization: Bearer <token>`; the supplied value is
 compared with every known token in constant time (no early exit), and the name of the client it
-belongs to rides in the ASGI scope's state for the profile (`profiles.py`). Tokens are never logged.
-Only `/healthz` and `/readyz` answer without one (probes carry no secrets).
+belongs to rides in the ASGI scope's state for the profile (`profiles.py`) and as the SDK's
+authenticated user, so a session answers only the client that opened it (another client's token
+gets the 404 of an unknown session). Tokens are never logged. Only `/healthz` and `/readyz` answer
+without one (probes carry no secrets); `/metrics` takes only the hub's own token (`ops.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,12 +76,23 @@ class HubTokens:
     """
 
     def __init__(self, hub_token: str, clients: Sequence[tuple[str, str]] = ()) -> None:
-        self._known: list[tuple[bytes, str]] = [(f"Bearer {hub_token}".encode(), "")]
+        self._hub = f"Bearer {hub_token}".encode()
+        self._known: list[tuple[bytes, str]] = []
+        self.replace(clients)
+
+    def replace(self, clients: Sequence[tuple[str, str]]) -> None:
+        """Take the `[hub.clients]` tokens (at start, and on SIGHUP: removed clients are refused from then on).
+
+        Raises:
+            ConfigError: two clients share a token, or a client's token is the hub's own (nothing is changed).
+        """
+        known: list[tuple[bytes, str]] = [(self._hub, "")]
         for name, token in clients:
             header = f"Bearer {token}".encode()
-            if any(hmac.compare_digest(header, known) for known, _ in self._known):
+            if any(hmac.compare_digest(header, seen) for seen, _ in known):
                 raise ConfigError(f"hub.clients.{name}.token: the same token as another client or the hub's own")
-            self._known.append((header, name))
+            known.append((header, name))
+        self._known = known
 
     def client_of(self, authorization: bytes) -> str | None:
         """The client name ("" for the hub's own token) whose token this header carries, or None.
@@ -125,4 +140,16 @@ class BearerTokenMiddleware:
                 await response(scope, receive, send)
                 return
             scope.setdefault("state", {})[_CLIENT_KEY] = client
+            scope["user"] = _users.get(client) or _user(client)
         await self.app(scope, receive, send)
+
+
+_users: dict[str, AuthenticatedUser] = {}
+
+
+def _user(client: str) -> AuthenticatedUser:
+    """The SDK's user for a client: the SDK binds each session to the user that opened it (never the token)."""
+    user = _users[client] = AuthenticatedUser(
+        AccessToken(token="", client_id=f"omega-client:{client}" if client else "omega-hub", scopes=[])
+    )
+    return user

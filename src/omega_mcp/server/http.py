@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from omega_mcp.errors import ConfigError, OmegaError
 from omega_mcp.server.auth import BearerTokenMiddleware, HubTokens, load_or_create_token
 from omega_mcp.server.guard import ConnectionGuard, raise_open_files_limit, waiting_cap
+from omega_mcp.server.ops import Operations, OpsMiddleware
 from omega_mcp.server.server import OmegaServer
 
 __all__ = [
@@ -144,8 +145,10 @@ def build_http_app(
     tokens: HubTokens,
     allowed_hosts: Sequence[str] | None = None,
     max_request_body_bytes: int = MAX_REQUEST_BODY_BYTES,
+    ops: Operations | None = None,
 ) -> Starlette:
-    """The ASGI app serving `/mcp`; every request must carry one of `tokens`; bodies up to `max_request_body_bytes`."""
+    """The ASGI app serving `/mcp`; every request must carry one of `tokens`; bodies up to `max_request_body_bytes`;
+    with `ops`, also the probes, `/metrics` and drain (`ops.py`)."""
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         host=host,
@@ -156,6 +159,8 @@ def build_http_app(
     in_flight = _InFlight()
     app.add_middleware(_CountRequests, in_flight=in_flight)
     app.state.in_flight = in_flight
+    if ops is not None:
+        app.add_middleware(OpsMiddleware, ops=ops)
     return app
 
 
@@ -267,17 +272,21 @@ async def serve_http(
     clients: Sequence[tuple[str, str]] = (),
     allowed_hosts: Sequence[str] | None = None,
     max_message_bytes: int = MAX_REQUEST_BODY_BYTES,
+    tokens: HubTokens | None = None,
+    ops: Operations | None = None,
 ) -> None:
     """Serve on `sockets` (from `bind_http`; bound here when None) until cancelled, then shut down gracefully (bounded).
 
     `clients` are the `[hub.clients]` (name, token) pairs accepted besides the hub's own token;
-    `max_message_bytes` (`[hub] max_message_mb`) bounds a request's body.
+    `max_message_bytes` (`[hub] max_message_mb`) bounds a request's body. `tokens` replaces the
+    token file and `clients` (the caller keeps them, to reload); `ops` adds the probes, metrics and drain.
 
     Raises:
         ConfigError: the token cannot be loaded or created, two clients share one, or the port cannot be bound.
         OmegaError: the app failed to start.
     """
-    tokens = HubTokens(load_or_create_token(token_file), clients)
+    if tokens is None:
+        tokens = HubTokens(load_or_create_token(token_file), clients)
     if sockets is None:
         sockets = bind_http(host, port)
     app = build_http_app(
@@ -287,6 +296,7 @@ async def serve_http(
         tokens=tokens,
         allowed_hosts=allowed_hosts,
         max_request_body_bytes=max_message_bytes,
+        ops=ops,
     )
     guard = ConnectionGuard(tokens.authorized, waiting_cap(raise_open_files_limit()))
     config = uvicorn.Config(

@@ -60,6 +60,7 @@ from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
+from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
@@ -128,8 +129,7 @@ class OmegaServer(Server[Any]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             lifespan=self._lifespan,
-            # A dict lookup for the SDK's Mcp-Param-* check of 2026-era HTTP calls, instead of a whole
-            # tools/list per call; in search mode each session sees its own list: the SDK's way then.
+            # The SDK's Mcp-Param-* check looks the schema up here, not in a tools/list per call (not in search mode).
             get_tool_input_schema=toolbox.input_schema if tool_search is None else None,
             **extra,
         )
@@ -171,6 +171,8 @@ class OmegaServer(Server[Any]):
             listed = await self.tool_search.list_tools(self.tool_search.owner(ctx.session, ctx.request))
         else:
             listed = await self.toolbox.list_tools()
+        if (profile := PROFILE.get()) is not None:
+            listed = profile.visible(self.toolbox, listed)
         tools, cursor = page(listed, params, "tools")
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
 
@@ -183,7 +185,7 @@ class OmegaServer(Server[Any]):
         if self.tool_search is None:
             return None, name, arguments
         owner = self.tool_search.owner(session, http_request)
-        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for)
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for, PROFILE.get())
 
     async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
         """A tool was called by name: in search mode it joins the session's list."""
@@ -214,6 +216,7 @@ class OmegaServer(Server[Any]):
         if answered is not None:
             return answered
         approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
+        profile = PROFILE.get()
         extra = (
             {}
             if ours(params.request_state)
@@ -232,6 +235,7 @@ class OmegaServer(Server[Any]):
                 approve=approve,
                 owner=owner,
                 extra=extra or None,
+                profile=profile,
             )
             await self._called(session, ctx.request, name)
             return result
@@ -268,24 +272,16 @@ class OmegaServer(Server[Any]):
         return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """`tools/call` without model round trips: on an initialized handshake-era connection, and in the
-        2026 era when the call needs no input-required round (no retry of one, and a client that can be
-        asked nothing: what `as_caller` would run with an `Unreachable` caller). Short-circuiting the
-        SDK, a 2026-era answer gets here what its runner gives every result (`modern_complete`)."""
+        """`tools/call` without model round trips (handshake era once initialized; 2026 era when no round can
+        be needed: `as_caller` would use `Unreachable`); a 2026 answer gets the runner's `modern_complete`."""
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, Mapping):
             return await call_next(ctx)
         session = ctx.session
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        if modern:
-            if (
-                params.get("requestState") is not None
-                or params.get("inputResponses") is not None
-                or not asks_nothing(session.client_capabilities)
-            ):
-                return await call_next(ctx)  # rounds may be needed: the bridge, on the SDK path
-        elif session.client_params is None:  # not initialized: let the SDK answer
-            return await call_next(ctx)
+        rounds = params.get("requestState") is not None or params.get("inputResponses") is not None
+        if (rounds or not asks_nothing(session.client_capabilities)) if modern else session.client_params is None:
+            return await call_next(ctx)  # 2026: rounds may be needed (the bridge); handshake: not initialized
         name, raw_arguments, raw_meta = params.get("name"), params.get("arguments"), params.get("_meta")
         arguments, meta = object_or_none(raw_arguments), object_or_none(raw_meta)
         if (
@@ -297,12 +293,9 @@ class OmegaServer(Server[Any]):
         self._remember(session)
         asked = modern or (meta is not None and meta.get("progressToken") is not None)  # 2026: as `as_caller`
         progress = session.report_progress if asked else None
-        if modern:
-            caller: Caller = Unreachable(session, meta)
-            http_request, approve = ctx.request, None
-        else:
-            caller, http_request = SessionCaller(session, ctx.request_id, self.logs.level_of), None
-            approve = elicitation_approver(session, ctx.request_id)
+        http_request = ctx.request if modern else None
+        approve = None if modern else elicitation_approver(session, ctx.request_id)
+        caller = Unreachable(session, meta) if modern else SessionCaller(session, ctx.request_id, self.logs.level_of)
         token = CALLER.set(caller)
         try:
             if self.tool_search is not None:
@@ -311,7 +304,7 @@ class OmegaServer(Server[Any]):
                     return modern_complete(to_wire(answered), self.server_info_stamp) if modern else to_wire(answered)
             owner = self._shell_owner(session, http_request)
             result = await self.toolbox.call_tool_wire(
-                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner
+                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner, profile=PROFILE.get()
             )
             if self.tool_search is not None:
                 await self._called(session, http_request, name)
@@ -434,16 +427,21 @@ def build_server(
     catalog: Downstreams | None = None,
     instructions: str | None = None,
     tool_search: SessionTools | None = None,
+    profiles: Profiles | None = None,
 ) -> OmegaServer:
     """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
     Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
     empty: a hub always answers prompts/list, resources/list and completion. `tool_search` (a
-    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it.
+    `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it;
+    `profiles` (the HTTP hub's `[hub.clients]`) scope each request to its client (`ClientScope`).
     """
-    return OmegaServer(
+    server = OmegaServer(
         toolbox,
         catalog=catalog if catalog is not None else Downstreams([]),
         instructions=instructions,
         tool_search=tool_search,
     )
+    if profiles is not None:
+        server.middleware.insert(0, ClientScope(profiles, server.catalog))
+    return server

@@ -26,7 +26,7 @@ from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import ToolError
 from omega_mcp.names import Route
 from omega_mcp.results import error_result
-from omega_mcp.toolbox import Toolbox
+from omega_mcp.toolbox import Profile, Toolbox
 from omega_mcp.toolsearch import (
     CALL_TOOL,
     SEARCH_TOOLS,
@@ -187,11 +187,16 @@ class SessionTools:
     # -- the two tools -----------------------------------------------------------------------
 
     async def intercept(
-        self, owner: object, name: str, arguments: Mapping[str, Any] | None, notify: Notify
+        self,
+        owner: object,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        notify: Notify,
+        profile: Profile | None = None,
     ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
         """A call while search may be on: `search_tools` is answered here (a result, its tools joining
-        `owner`'s list, `notify(owner)` when it grew); `call_tool` becomes the call it asks for
-        (name, arguments); anything else passes unchanged (None, name, arguments)."""
+        `owner`'s list, `notify(owner)` when it grew; only tools `profile` permits); `call_tool` becomes
+        the call it asks for (name, arguments); anything else passes unchanged (None, name, arguments)."""
         if not await self.active():
             return None, name, arguments
         if name == CALL_TOOL:
@@ -201,7 +206,7 @@ class SessionTools:
                 return error_result(str(exc)), name, arguments
         if name == SEARCH_TOOLS:
             try:
-                result, names = await self.search(arguments)
+                result, names = await self.search(arguments, profile)
             except ToolError as exc:
                 return error_result(str(exc)), name, arguments
             if self.remember(owner, names):
@@ -215,15 +220,24 @@ class SessionTools:
         if exported is not None and self.remember(owner, [exported]):
             await notify(owner)
 
-    async def search(self, arguments: Mapping[str, Any] | None) -> tuple[types.CallToolResult, list[str]]:
-        """Run `search_tools`; the result and the names it returned.
+    async def search(
+        self, arguments: Mapping[str, Any] | None, profile: Profile | None = None
+    ) -> tuple[types.CallToolResult, list[str]]:
+        """Run `search_tools` (for a client with a `profile`: over the tools it may use); the result and
+        the names it returned.
 
         Raises:
             InvalidArgumentsError: the arguments are wrong (the message names the field).
         """
         query, limit = search_arguments(arguments)
         await self._catalog()
-        found = self.finder.run(query, limit, self.exported_name)
+        namespace = self.toolbox.namespace()
+
+        def permitted(entry: Entry) -> bool:
+            route = namespace.resolve(entry.name)
+            return profile is None or (route is not None and profile.permits(route))
+
+        found = self.finder.run(query, limit, self.exported_name, permitted if profile is not None else None)
         return found_result(found), [e.name for e in found.entries]
 
     def exported_name(self, name: str) -> str | None:

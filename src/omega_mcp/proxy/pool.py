@@ -1,0 +1,197 @@
+"""Servers with `share = "session"`: one connection (one process of a stdio server) per client session.
+
+A server that keeps state for its client (a browser, a memory graph, a checkout) would leak it from
+one client to the next if every client shared its one process. For such a server the supervisor's
+own connection only lists what it offers (tools, prompts, resources, list changes); each client
+session that calls one of its tools gets a connection of its own, started at its first call from
+the same spec (same command, confinement and era), and stopped when that session ends (`end`) or
+after `IDLE_SECONDS` without a call. The session is whatever the MCP server puts in `SESSION`
+around a call: an HTTP session's connection, or for 2026-era requests (which have no session) the
+client token's name; with none (stdio, the agent, `omega-mcp call`) the call goes to the shared
+connection, since there is only one client. A connection that dies is forgotten (its call fails as
+a call to a shared server would) and the session's next call starts a new one. Prompts, resources
+and subscriptions of such a server are still served by its listing connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncGenerator, Hashable, Mapping
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+from anyio import AsyncContextManagerMixin
+from mcp.shared.dispatcher import ProgressFnT
+
+from omega_mcp.errors import first_leaf
+from omega_mcp.proxy.calls import forward_call
+from omega_mcp.proxy.client_requests import ClientRequests
+from omega_mcp.proxy.session import DownstreamSession
+from omega_mcp.proxy.spec import DownstreamSpec
+from omega_mcp.results import Wire, error_wire
+
+__all__ = ["IDLE_SECONDS", "SESSION", "SessionServers"]
+
+logger = logging.getLogger(__name__)
+
+IDLE_SECONDS = 600.0
+"""How long a session's own connection may go without a call before it is stopped."""
+SESSION: ContextVar[Hashable | None] = ContextVar("omega_session", default=None)
+"""The client session a call belongs to (set by the MCP server around each call); None: no session."""
+_STOP_SECONDS = 10.0
+
+
+@dataclass(eq=False)
+class _Instance:
+    """One session's connection to one server."""
+
+    spec: DownstreamSpec
+    key: Hashable
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    session: DownstreamSession | None = None
+    failure: str | None = None
+    busy: int = 0
+    last_used: float = 0.0
+
+
+class SessionServers(AsyncContextManagerMixin):
+    """The per-session connections of every `share = "session"` server of one omega."""
+
+    def __init__(self, requests: ClientRequests, *, idle_seconds: float = IDLE_SECONDS) -> None:
+        self._requests = requests
+        self.idle_seconds = idle_seconds
+        self._instances: dict[tuple[str, Hashable], _Instance] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            task_group.start_soon(self._reap_idle, name="omega session servers: idle")
+            try:
+                yield self
+            finally:
+                self._task_group = None
+                task_group.cancel_scope.cancel()  # every connection closes under its own bounded cleanup
+
+    # -- what the hub asks -------------------------------------------------------------------
+
+    def running(self, server_name: str | None = None) -> list[tuple[Hashable, DownstreamSession]]:
+        """The live connections (of one server), as (session, connection)."""
+        return [
+            (inst.key, inst.session)
+            for (name, _), inst in self._instances.items()
+            if inst.session is not None and (server_name is None or name == server_name)
+        ]
+
+    async def call_tool(
+        self,
+        spec: DownstreamSpec,
+        key: Hashable,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        progress: ProgressFnT | None = None,
+        meta: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Wire:
+        """Forward one call on `key`'s own connection to the server (started now if it has none)."""
+        instance = await self._instance(spec, key)
+        if instance.session is None:
+            return error_wire(
+                f"server {spec.server_name} could not be started for this session: {instance.failure or 'it stopped'}"
+            )
+        instance.busy += 1
+        try:
+            with self._requests.calling(spec.server_name):
+                return await forward_call(
+                    instance.session, tool_name, arguments, progress=progress, meta=meta, extra=extra
+                )
+        finally:
+            instance.busy -= 1
+            instance.last_used = anyio.current_time()
+
+    async def end(self, key: Hashable) -> None:
+        """The session `key` ended: stop its connections (bounded)."""
+        await self._stop([inst for inst in self._instances.values() if inst.key == key])
+
+    async def stop_server(self, server_name: str) -> None:
+        """Stop every session's connection to a server (removed or changed by a reload)."""
+        await self._stop([inst for (name, _), inst in self._instances.items() if name == server_name])
+
+    # -- the connections ---------------------------------------------------------------------
+
+    async def _instance(self, spec: DownstreamSpec, key: Hashable) -> _Instance:
+        slot = (spec.server_name, key)
+        instance = self._instances.get(slot)
+        if instance is None or instance.spec is not spec:
+            if instance is not None:
+                await self._stop([instance])  # the spec changed (a reload): a new process
+            if self._task_group is None:
+                raise RuntimeError("SessionServers used outside its context")
+            instance = self._instances[slot] = _Instance(spec, key, last_used=anyio.current_time())
+            self._task_group.start_soon(self._run, instance, name=f"omega session server {spec.server_name}")
+        await instance.ready.wait()  # bounded: `_run` gives up connecting after the connect timeout
+        return instance
+
+    async def _run(self, instance: _Instance) -> None:
+        spec = instance.spec
+        requests = self._requests.for_server(spec.server_name, spec.timeout_seconds)
+        session = DownstreamSession(spec, requests=requests)
+        try:
+            with instance.scope:
+                deadline = anyio.current_time() + spec.connect_timeout_seconds
+                with anyio.CancelScope(deadline=deadline) as connecting:
+                    async with session:
+                        connecting.deadline = math.inf
+                        instance.session = session
+                        instance.ready.set()
+                        logger.info("server %s started for a session (%d running)", spec.server_name, self._count())
+                        try:
+                            await session.closed.wait()
+                        finally:
+                            instance.session = None
+                    logger.info("server %s of a session stopped: %s", spec.server_name, session.close_reason)
+                if connecting.cancelled_caught:
+                    instance.failure = f"no answer within connect_timeout ({spec.connect_timeout_seconds:g} s)"
+        except Exception as exc:  # one session's server failing is that call's error, not the hub's
+            instance.failure = session.failure(first_leaf(exc))
+            logger.warning("server %s could not start for a session: %s", spec.server_name, instance.failure)
+        finally:
+            instance.ready.set()
+            instance.done.set()
+            slot = (spec.server_name, instance.key)
+            if self._instances.get(slot) is instance:
+                del self._instances[slot]
+
+    def _count(self) -> int:
+        return sum(1 for inst in self._instances.values() if inst.session is not None)
+
+    async def _stop(self, instances: list[_Instance]) -> None:
+        for instance in instances:
+            instance.scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_SECONDS):
+            for instance in instances:
+                await instance.done.wait()
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await anyio.sleep(min(60.0, self.idle_seconds / 4))
+            now = anyio.current_time()
+            idle = [
+                inst
+                for inst in self._instances.values()
+                if inst.busy == 0 and inst.ready.is_set() and now - inst.last_used >= self.idle_seconds
+            ]
+            for inst in idle:
+                logger.info(
+                    "server %s of a session idle for %g s: stopping it", inst.spec.server_name, self.idle_seconds
+                )
+            await self._stop(idle)

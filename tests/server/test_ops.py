@@ -1,0 +1,138 @@
+"""The hub's operations surface through a real `serve --http` process: probes, /metrics (parsed
+with Prometheus' own parser), drain on SIGTERM during a 3 s call, and reload on SIGHUP."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import MCPError
+from prometheus_client.parser import text_string_to_metric_families
+
+from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
+from proxy_support import Notifications
+
+ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
+CLIENT = "carol-token-0123456789abcdef"
+
+
+def _server(name: str) -> str:
+    return f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+
+
+def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
+    config = tmp_path / "omega.toml"
+    clients = f'[hub]\ndrain_seconds = {drain}\n[hub.clients.carol]\ntoken = "${{CAROL_TOKEN}}"\n'
+    config.write_text("".join(_server(s) for s in servers) + clients)
+    return start_hub(tmp_path, "--config", str(config), env={"CAROL_TOKEN": CLIENT}), config
+
+
+async def _until(check: object, what: str, seconds: float = 20) -> None:
+    with anyio.fail_after(seconds):
+        while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polling another process over HTTP
+            await anyio.sleep(0.05)
+
+
+def _samples(hub: Hub) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    answer = httpx2.get(f"http://127.0.0.1:{hub.port}/metrics", headers=hub.auth())
+    assert answer.status_code == 200, answer.text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(answer.text)
+        for s in family.samples
+    }
+
+
+async def test_probes_need_no_token_and_metrics_need_the_hubs(tmp_path: Path) -> None:
+    hub, _ = _hub(tmp_path, "echo")
+    try:
+        base = f"http://127.0.0.1:{hub.port}"
+        assert httpx2.get(f"{base}/healthz").status_code == 200
+        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        assert httpx2.get(f"{base}/metrics").status_code == 401
+        assert httpx2.get(f"{base}/metrics", headers=hub.auth(CLIENT)).status_code == 403
+        assert httpx2.get(f"{base}/metrics", headers=hub.auth()).status_code == 200
+    finally:
+        assert hub.stop() == 0
+
+
+async def test_metrics_count_the_calls_by_method_tool_and_error(tmp_path: Path) -> None:
+    hub, _ = _hub(tmp_path, "echo")
+    try:
+        async with hub_client(hub.url, hub.token) as client:
+            for _ in range(3):
+                assert not (await client.call_tool("mcp__echo__echo", {"text": "hi"})).is_error
+            assert (await client.call_tool("bash", {"command": "exit 3"})).is_error
+            with pytest.raises(MCPError):
+                await client.call_tool("no_such_tool_at_all", {})
+            samples = _samples(hub)
+        assert samples[("omega_sessions", ())] >= 1
+    finally:
+        assert hub.stop() == 0
+    count = "mcp_server_operation_duration_seconds_count"
+
+    def labels(tool: str, error: str) -> tuple[tuple[str, str], ...]:
+        return (("error_type", error), ("gen_ai_tool_name", tool), ("mcp_method_name", "tools/call"))
+
+    assert samples[(count, labels("mcp__echo__echo", ""))] == 3
+    assert samples[(count, labels("bash", "tool_error"))] == 1
+    assert samples[(count, labels("_OTHER", "-32602"))] == 1
+    assert samples[("omega_downstream_up", (("server", "echo"),))] == 1
+
+
+async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_zero(tmp_path: Path) -> None:
+    hub, _ = _hub(tmp_path, "echo")
+    base = f"http://127.0.0.1:{hub.port}"
+    try:
+        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        async with hub_client(hub.url, hub.token) as client, anyio.create_task_group() as tg:
+            answers: list[object] = []
+
+            async def slow() -> None:
+                answers.append(await client.call_tool("mcp__echo__sleep", {"seconds": 3}))
+
+            tg.start_soon(slow)
+            await anyio.sleep(0.5)  # the call is on its way (a drain lets it finish whenever it started)
+            hub.proc.send_signal(signal.SIGTERM)
+            await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5)
+            assert httpx2.get(f"{base}/healthz").status_code == 200
+            opened = httpx2.post(hub.url, json=INITIALIZE, headers={**HEADERS, **hub.auth()})
+            assert opened.status_code == 503 and "draining" in opened.text
+            assert not (await client.call_tool("mcp__echo__echo", {"text": "still served"})).is_error
+        assert len(answers) == 1 and not answers[0].is_error  # type: ignore[attr-defined]
+        assert await anyio.to_thread.run_sync(lambda: hub.proc.wait(30)) == 0
+    finally:
+        hub.stop()
+
+
+async def test_sighup_adds_and_removes_servers_while_a_client_stays_connected(tmp_path: Path) -> None:
+    hub, config = _hub(tmp_path, "echo", "gone")
+    notes = Notifications()
+    try:
+        async with hub_client(hub.url, hub.token, message_handler=notes) as client:
+            await client.call_tool("mcp__echo__echo", {"text": "before"})
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert "mcp__gone__echo" in names
+            first_pid = (await client.call_tool("mcp__echo__pid", {})).content[0].text  # type: ignore[union-attr]
+            config.write_text(config.read_text().replace("[servers.gone]", "[servers.added]"))
+            hub.proc.send_signal(signal.SIGHUP)
+
+            async def changed() -> set[str]:
+                return {t.name for t in (await client.list_tools()).tools}
+
+            with anyio.fail_after(20):
+                while "mcp__added__echo" not in (names := await changed()):
+                    await notes.next()
+            assert "mcp__gone__echo" not in names and "mcp__echo__echo" in names
+            again = await client.call_tool("mcp__echo__pid", {})
+            assert again.content[0].text == first_pid  # type: ignore[union-attr]  # untouched server, same process
+            assert not (await client.call_tool("mcp__added__echo", {"text": "new"})).is_error
+            with pytest.raises(MCPError):
+                await client.call_tool("mcp__gone__echo", {"text": "old"})
+    finally:
+        assert hub.stop() == 0
+    assert "SIGHUP: reloaded" in hub.log.read_text()
