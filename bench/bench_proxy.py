@@ -1,15 +1,22 @@
-"""Benchmark: what omega costs as a proxy, measured in one run against a direct connection.
+"""What omega costs as a proxy, with its floors beside it in the same run.
 
-Same client (the SDK's `mcp.Client`, handshake era, like Claude Code) and same downstream (a
-stdio echo server built on the SDK's low-level `Server`) on both paths:
-  direct:  client → downstream
-  omega:   client → `omega-mcp serve` → downstream
-It reports tools/call latency (p50, p99, sequential), throughput with 64 calls in flight, and
-cold start with 8 downstream servers that each take 0.5 s to answer initialize (the stdlib
-fixture server, so the number is omega's and not the servers' own import time).
+    .venv/bin/python bench/bench_proxy.py [--calls 1000] [--omega-src DIR] [--json]
 
-    .venv/bin/python bench/bench_proxy.py [--calls 1000] [--json]
-    .venv/bin/python bench/bench_proxy.py --downstream     # the echo server itself (internal)
+Same client (the SDK's `mcp.Client`) and same downstream (the SDK's own low-level Server with one
+`echo` tool, `echo_server.py`) on every path:
+  A  direct:  client → downstream
+  R  relay:   client → `relay.py` (a stdlib JSON-RPC line relay, the floor for one hop) → downstream
+  B  omega:   client → `omega-mcp serve` (stdio) → downstream
+for a stdio downstream and for a streamable HTTP one (R relays stdio only), and for both client
+eras (the handshake, `mode="legacy"`, and the 2026-07-28 envelope, `mode="auto"`).
+
+Latency: the paths take turns call by call, in rotating order, so each round times every path
+back to back; the p50 ratio is the median of the rounds' ratios (paired: drift on a shared
+machine hits all paths alike). Throughput: 64 calls in flight, the paths in turns, best-of-runs
+median. Also the CPU each relaying process spends per call, and peak RSS (VmHWM).
+Cold start: 8 stdio servers that each take 0.5 s to answer initialize (the stdlib fixture), from
+launching `omega-mcp serve` to a tools/list with all 8 (a raw JSON-RPC client, so no SDK client
+start is counted), against the floor of spawning the same 8 servers directly and asking each.
 """
 
 from __future__ import annotations
@@ -17,92 +24,110 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _support import (
+    FIXTURE,
+    HERE,
+    PYTHON,
+    Options,
+    Section,
+    add_options,
+    cpu_seconds,
+    free_port,
+    load_average,
+    memory_mb,
+    omega_env,
+    options_from,
+    paired_ratio,
+    percentile,
+    read_pid,
+    stop,
+    wait_listening,
+    with_pid_file,
+)
 
-HERE = Path(__file__).resolve()
-REPO = HERE.parent.parent
-FIXTURE = REPO / "tests" / "fixtures" / "echo_server.py"
 IN_FLIGHT = 64
+ECHO = [PYTHON, str(HERE / "echo_server.py")]
+PREFIX = "mcp__echo__"
+ERAS = {"handshake": "legacy", "2026": "auto"}
 
 
-# -- the downstream ---------------------------------------------------------------------------
+@dataclass
+class _Path:
+    label: str
+    target: Any
+    tool: str
+    pid_file: Path | None = None
+    pid: int | None = None
 
 
-def serve_downstream() -> None:
-    """A stdio MCP server with one `echo` tool, on the SDK's low-level Server."""
-    from mcp import types
-    from mcp.server.lowlevel import Server
-    from mcp.server.stdio import stdio_server
-
-    tool = types.Tool(
-        name="echo",
-        description="Echo the text back.",
-        input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-    )
-
-    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[tool])
-
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return types.CallToolResult(content=[types.TextContent(text=(params.arguments or {}).get("text", ""))])
-
-    server = Server("bench-echo", on_list_tools=list_tools, on_call_tool=call_tool)
-
-    async def main() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    anyio.run(main)
-
-
-# -- measurement helpers ----------------------------------------------------------------------
-
-
-def _params(command: list[str], env: dict[str, str] | None = None) -> Any:
+def _stdio(command: list[str], env: dict[str, str] | None = None) -> Any:
     from mcp.client.stdio import StdioServerParameters
 
     return StdioServerParameters(command=command[0], args=command[1:], env=env)
 
 
-def _omega(config: Path, home: Path) -> Any:
-    command = [sys.executable, "-m", "omega_mcp", "serve", "--config", str(config), "--log-level", "error"]
-    return _params(command, env={"OMEGA_HOME": str(home)})
+def _config(work: Path, body: str) -> Path:
+    path = work / f"omega-{abs(hash(body))}.toml"
+    path.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{work / "ws"}"\n\n{body}')
+    return path
 
 
-def _percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def _omega_command(config: Path) -> list[str]:
+    return [PYTHON, "-m", "omega_mcp", "serve", "--config", str(config), "--log-level", "error"]
 
 
-async def _latency(
-    calls: dict[str, Callable[[], Awaitable[Any]]], rounds: int, per_round: int
-) -> dict[str, list[float]]:
-    """Sequential call latencies, the paths taking turns in small batches (so drift hits all alike)."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for call in calls.values():
+def _paths(work: Path, options: Options, downstream: str, url: str | None) -> list[_Path]:
+    env = omega_env(options, {"OMEGA_HOME": str(work / "home")})
+    if downstream == "stdio":
+        config = _config(work, f"[servers.echo]\ncommand = {json.dumps(ECHO[0])}\nargs = {json.dumps(ECHO[1:])}\n")
+        relay_pid = work / f"relay-{time.monotonic_ns()}.pid"
+        relay = with_pid_file([PYTHON, str(HERE / "relay.py"), "--prefix", PREFIX, "--", *ECHO], relay_pid)
+        direct: Any = _stdio(ECHO)
+        paths = [_Path("R", _stdio(relay), PREFIX + "echo", relay_pid)]
+    else:
+        config = _config(work, f'[servers.echo]\nurl = "{url}"\n')
+        direct = url
+        paths = []
+    omega_pid = work / f"omega-{time.monotonic_ns()}.pid"
+    omega = _Path("B", _stdio(with_pid_file(_omega_command(config), omega_pid), env), PREFIX + "echo", omega_pid)
+    if options.before_src:
+        before_env = omega_env(options, {"OMEGA_HOME": str(work / "home0")}, before=True)
+        before_pid = work / f"omega0-{time.monotonic_ns()}.pid"
+        command = with_pid_file(_omega_command(config), before_pid)
+        paths.append(_Path("B0", _stdio(command, before_env), PREFIX + "echo", before_pid))
+    return [_Path("A", direct, "echo"), *paths, omega]
+
+
+async def _latency(callers: dict[str, Callable[[], Awaitable[None]]], rounds: int) -> dict[str, list[float]]:
+    """One call per path per round, the order rotating; returns the samples per path, round by round."""
+    samples: dict[str, list[float]] = {name: [] for name in callers}
+    names = list(callers)
+    for name in names:
         for _ in range(50):  # warm up
-            await call()
-    for _ in range(rounds):
-        for name, call in calls.items():
-            for _ in range(per_round):
-                start = time.perf_counter()
-                await call()
-                samples[name].append(time.perf_counter() - start)
+            await callers[name]()
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            await callers[name]()
+            samples[name].append(time.perf_counter() - start)
     return samples
 
 
-async def _throughput(call: Callable[[], Awaitable[Any]], calls: int) -> float:
-    per_worker = max(1, calls // IN_FLIGHT)
-
+async def _throughput(call: Callable[[], Awaitable[None]], per_worker: int) -> float:
     async def worker() -> None:
         for _ in range(per_worker):
             await call()
@@ -114,140 +139,258 @@ async def _throughput(call: Callable[[], Awaitable[Any]], calls: int) -> float:
     return per_worker * IN_FLIGHT / (time.perf_counter() - start)
 
 
-async def _measure(paths: dict[str, tuple[Any, str, str]], calls: int) -> dict[str, dict[str, float]]:
-    """Latency and throughput of every path, all connected at once and measured in turns."""
+async def measure(options: Options, downstream: str, era: str, url: str | None = None) -> dict[str, Any]:
+    """A, (R,) B for one downstream kind (an HTTP one at `url`) and one client era, measured in turns."""
     import mcp
 
-    async with AsyncExitStack() as stack:
-        callers: dict[str, Callable[[], Awaitable[Any]]] = {}
-        for name, (params, tool, mode) in paths.items():
-            client = await stack.enter_async_context(mcp.Client(params, mode=mode))
+    work = Path(tempfile.mkdtemp(prefix="omega-bench-proxy-"))
+    paths = _paths(work, options, downstream, url)
+    stack = AsyncExitStack()
+    try:
+        callers: dict[str, Callable[[], Awaitable[None]]] = {}
+        for path in paths:
+            client = await stack.enter_async_context(mcp.Client(path.target, mode=ERAS[era]))
+            if path.pid_file is not None:
+                path.pid = read_pid(path.pid_file)
 
-            async def call(client: Any = client, tool: str = tool) -> None:
+            async def call(client: Any = client, tool: str = path.tool) -> None:
                 result = await client.call_tool(tool, {"text": "ping"})
                 assert not result.is_error, result
 
-            callers[name] = call
-        per_round = 25
-        samples = await _latency(callers, max(1, calls // per_round), per_round)
-        throughput: dict[str, list[float]] = {name: [] for name in paths}
-        for _ in range(3):
+            # omega answers tools/list at once and adds servers as they connect: wait for the tool.
+            with anyio.fail_after(60):
+                while path.tool not in {t.name for t in (await client.list_tools()).tools}:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            callers[path.label] = call
+        started = {p.label: memory_mb(p.pid) for p in paths if p.pid}
+        cpu_before = {p.label: cpu_seconds(p.pid) for p in paths if p.pid}
+        rounds = max(20, options.calls)
+        samples = await _latency(callers, rounds)
+        cpu = {p.label: (cpu_seconds(p.pid) - cpu_before[p.label]) / rounds for p in paths if p.pid}
+        rates: dict[str, list[float]] = {name: [] for name in callers}
+        for _ in range(2 if options.quick else 3):
             for name, call in callers.items():
-                throughput[name].append(await _throughput(call, IN_FLIGHT * 10))
+                rates[name].append(await _throughput(call, 3 if options.quick else 10))
+        peaks = {p.label: memory_mb(p.pid) for p in paths if p.pid}
+    finally:
+        try:
+            await stack.aclose()
+        except Exception as exc:  # closing after measuring (a busy machine): no number depends on it
+            print(f"note: closing a client failed: {exc!r}", file=sys.stderr)
+    base = samples["A"]
     return {
-        name: {
-            "p50_ms": statistics.median(samples[name]) * 1000,
-            "p99_ms": _percentile(samples[name], 0.99) * 1000,
-            "calls_per_s": statistics.median(throughput[name]),
+        label: {
+            "p50_ms": statistics.median(values) * 1000,
+            "p99_ms": percentile(values, 0.99) * 1000,
+            "p50_ratio": paired_ratio(values, base),
+            "calls_per_s": statistics.median(rates[label]),
+            "throughput_ratio": statistics.median(rates[label]) / statistics.median(rates["A"]),
+            **({"cpu_ms_per_call": cpu[label] * 1000} if label in cpu else {}),
+            **(
+                {"rss_started_mb": started[label]["rss"], "peak_rss_mb": peaks[label]["peak"]} if label in peaks else {}
+            ),
         }
-        for name in paths
+        for label, values in samples.items()
     }
 
 
-async def _cold_start(config: Path, home: Path, expect: int) -> float:
-    """Seconds from launching `omega-mcp serve` to a tools/list answer with every downstream's tools."""
-    import mcp
+# -- cold start --------------------------------------------------------------------------------
 
+
+class _Lines:
+    """Newline-delimited JSON from a pipe, read with a deadline (stdlib only)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+
+    def next(self, deadline: float) -> dict[str, Any]:
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise TimeoutError("no answer in time")
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise EOFError("the process closed its output")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _send(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    process.stdin.write(json.dumps(message).encode() + b"\n")
+    process.stdin.flush()
+
+
+def _answer(lines: _Lines, request_id: int, deadline: float) -> dict[str, Any]:
+    while True:
+        message = lines.next(deadline)
+        if message.get("id") == request_id and "method" not in message:
+            return message
+
+
+_INITIALIZE = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "bench", "version": "1"},
+}
+_SLOW = [PYTHON, str(FIXTURE), "--init-delay", "0.5"]
+
+
+def _cold_omega(work: Path, options: Options, *, before: bool = False) -> tuple[float, float]:
+    """Seconds from launching `serve` to a tools/list holding all 8 servers' tools; omega's peak RSS (MB)."""
+    body = "".join(
+        f"[servers.s{i}]\ncommand = {json.dumps(_SLOW[0])}\nargs = {json.dumps(_SLOW[1:])}\n\n" for i in range(8)
+    )
+    config = _config(work, body)
+    env = omega_env(options, {"OMEGA_HOME": str(work / "home")}, before=before)
     start = time.perf_counter()
-    async with mcp.Client(_omega(config, home), mode="legacy") as client:
-        # tools/list answers at once with the servers that are up: list again until all are there.
-        deadline = start + 60
-        while True:
-            tools = (await client.list_tools()).tools
-            found = sum(1 for t in tools if t.name.endswith("__echo"))
-            if found == expect or time.perf_counter() > deadline:
+    process = subprocess.Popen(_omega_command(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert process.stdout is not None
+    lines, deadline = _Lines(process.stdout.fileno()), time.monotonic() + 60
+    try:
+        _send(process, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _INITIALIZE})
+        _answer(lines, 0, deadline)
+        _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        request_id = 1
+        while True:  # list, and list again after each list_changed, until all 8 are there
+            _send(process, {"jsonrpc": "2.0", "id": request_id, "method": "tools/list"})
+            tools = _answer(lines, request_id, deadline)["result"]["tools"]
+            if sum(1 for t in tools if t["name"].endswith("__echo")) == 8:
+                elapsed = time.perf_counter() - start
                 break
-            await anyio.sleep(0.01)
-        elapsed = time.perf_counter() - start
-    assert found == expect, f"only {found} of {expect} servers were up: {[t.name for t in tools]}"
-    return elapsed
+            request_id += 1
+            while lines.next(deadline).get("method") != "notifications/tools/list_changed":
+                pass
+        peak = memory_mb(process.pid)["peak"]
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=30)
+    return elapsed, peak
 
 
-async def _cold_start_in_process(specs: list[Any]) -> float:
-    """Seconds for `Downstreams` to connect every server (no interpreter start, no SDK import)."""
-    from omega_mcp.proxy.supervisor import Downstreams
-
+def _cold_floor() -> float:
+    """Seconds from spawning the same 8 servers directly to each one's tools/list answered."""
     start = time.perf_counter()
-    async with Downstreams(specs) as downstreams:
-        await downstreams.wait_ready()
-        elapsed = time.perf_counter() - start
-        assert all(s.state == "connected" for s in downstreams.statuses())
-    return elapsed
+    processes = [subprocess.Popen(_SLOW, stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(8)]
+    try:
+        deadline = time.monotonic() + 60
+        for process in processes:
+            _send(process, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _INITIALIZE})
+        for process in processes:
+            assert process.stdout is not None
+            lines = _Lines(process.stdout.fileno())
+            _answer(lines, 0, deadline)
+            _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+            _send(process, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            _answer(lines, 1, deadline)
+        return time.perf_counter() - start
+    finally:
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait(timeout=30)
 
 
-async def run(calls: int) -> dict[str, Any]:
-    from omega_mcp.proxy.supervisor import DownstreamSpec
-
-    work = Path(tempfile.mkdtemp(prefix="omega-bench-"))
-    home = work / "home"
-    downstream = [sys.executable, str(HERE), "--downstream"]
-    single = work / "single.toml"
-    single.write_text(
-        f'[sandbox]\nmode = "rwx"\nworkspace = "{work / "ws"}"\n\n'
-        f"[servers.echo]\ncommand = {json.dumps(downstream[0])}\nargs = {json.dumps(downstream[1:])}\n"
-    )
-    slow = [str(FIXTURE), "--init-delay", "0.5"]
-    eight = work / "eight.toml"
-    eight.write_text(
-        f'[sandbox]\nmode = "rwx"\nworkspace = "{work / "ws"}"\n'
-        + "".join(
-            f"\n[servers.s{i}]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(slow)}\n" for i in range(8)
-        )
-    )
-    paths = {
-        "direct": (_params(downstream), "echo", "legacy"),
-        "omega": (_omega(single, home), "mcp__echo__echo", "legacy"),
-        "omega_2026_client": (_omega(single, home), "mcp__echo__echo", "auto"),
-        "direct_2026_client": (_params(downstream), "echo", "auto"),
-    }
-    results: dict[str, Any] = dict(await _measure(paths, calls))
-    specs = [DownstreamSpec(f"s{i}", _params([sys.executable, *slow])) for i in range(8)]
-    results["cold_start_8_s"] = await _cold_start(eight, home, expect=8)
-    results["cold_start_8_in_process_s"] = await _cold_start_in_process(specs)
-    return results
+def cold_start(options: Options) -> dict[str, Any]:
+    """The floor and omega (and omega before), alternating, over several runs: medians."""
+    work = Path(tempfile.mkdtemp(prefix="omega-bench-cold-"))
+    runs = 2 if options.quick else 5
+    result: dict[str, Any] = {"runs": runs}
+    floor: list[float] = []
+    kinds = {"omega": False, **({"omega_before": True} if options.before_src else {})}
+    seconds: dict[str, list[float]] = {kind: [] for kind in kinds}
+    peaks: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for _ in range(runs):
+        floor.append(_cold_floor())
+        for kind, before in kinds.items():
+            elapsed, peak = _cold_omega(work, options, before=before)
+            seconds[kind].append(elapsed)
+            peaks[kind].append(peak)
+    result["floor_s"] = statistics.median(floor)
+    for kind in kinds:
+        result[f"{kind}_s"] = statistics.median(seconds[kind])
+        result[f"{kind}_peak_rss_mb"] = max(peaks[kind])
+    return result
 
 
-def table(results: dict[str, Any]) -> str:
-    direct, omega, modern = results["direct"], results["omega"], results["omega_2026_client"]
-    direct_modern = results["direct_2026_client"]
-    rows = [
-        "| path | tools/call p50 | p99 | throughput, 64 in flight |",
-        "|---|---|---|---|",
-    ]
-    for label, row, base in (
-        ("direct (client → downstream)", direct, direct),
-        ("through omega", omega, direct),
-        ("direct, 2026-era client", direct_modern, direct_modern),
-        ("through omega, 2026-era client", modern, direct_modern),
-    ):
+# -- the section -------------------------------------------------------------------------------
+
+
+def _rows(results: dict[str, Any], downstream: str, era: str) -> list[str]:
+    names = {"A": "direct", "R": "R: stdlib relay (floor)", "B0": "omega before", "B": "omega"}
+    rows = []
+    for label, name in names.items():
+        if label not in results:
+            continue
+        row = results[label]
+        cpu = f"{row['cpu_ms_per_call']:.3f}" if "cpu_ms_per_call" in row else ""
+        peak = f"{row['peak_rss_mb']:.0f}" if "peak_rss_mb" in row else ""
         rows.append(
-            f"| {label} | {row['p50_ms']:.2f} ms ({row['p50_ms'] / base['p50_ms']:.2f}x) "
-            f"| {row['p99_ms']:.2f} ms | {row['calls_per_s']:.0f} calls/s "
-            f"({row['calls_per_s'] / base['calls_per_s']:.2f}x) |"
+            f"| {downstream} | {era} | {name} | {row['p50_ms']:.2f} | {row['p50_ratio']:.2f}x "
+            f"| {row['calls_per_s']:.0f} | {row['throughput_ratio']:.2f}x | {cpu} | {peak} |"
         )
+    return rows
+
+
+def section(options: Options) -> Section:
+    """Proxy latency, throughput, CPU and memory (A, R, B), both downstream kinds and eras; cold start."""
+    data: dict[str, Any] = {"load_before": load_average()}
+    for era in ERAS:
+        data[f"stdio/{era}"] = anyio.run(measure, options, "stdio", era)
+    port = free_port()
+    server = subprocess.Popen([*ECHO, "--http", str(port)])
+    try:
+        wait_listening(port, server)
+        for era in ERAS:
+            data[f"http/{era}"] = anyio.run(measure, options, "http", era, f"http://127.0.0.1:{port}/mcp")
+    finally:
+        stop(server)
+    data["cold_start"] = cold_start(options)
+    data["load_after"] = load_average()
+    rows = [
+        "| downstream | client era | path | p50 ms | p50 ÷ direct (paired) | calls/s, 64 in flight "
+        "| ÷ direct | CPU ms/call | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for downstream in ("stdio", "http"):
+        for era in ERAS:
+            rows += _rows(data[f"{downstream}/{era}"], downstream, era)
+    cold = data["cold_start"]
     rows += [
         "",
-        "| cold start, 8 servers x 0.5 s initialize | seconds |",
-        "|---|---|",
-        f"| `omega-mcp serve` launched → tools/list with all 8 servers | {results['cold_start_8_s']:.2f} s |",
-        f"| in process (`Downstreams` connect only) | {results['cold_start_8_in_process_s']:.2f} s |",
+        f"| cold start, 8 servers x 0.5 s initialize (median of {cold['runs']}) | seconds | peak RSS MB |",
+        "|---|---|---|",
+        f"| floor: the 8 servers spawned and asked directly | {cold['floor_s']:.2f} | |",
     ]
-    return "\n".join(rows)
+    if "omega_before_s" in cold:
+        rows.append(
+            f"| omega before: `serve` launched → tools/list with all 8 | {cold['omega_before_s']:.2f} "
+            f"| {cold['omega_before_peak_rss_mb']:.0f} |"
+        )
+    rows.append(
+        f"| `omega-mcp serve` launched → tools/list with all 8 | {cold['omega_s']:.2f} "
+        f"| {cold['omega_peak_rss_mb']:.0f} |"
+    )
+    return Section(
+        title="The proxy",
+        command=f"python bench/bench_proxy.py --calls {options.calls}",
+        markdown="\n".join(rows),
+        data=data,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--downstream", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per path (default 1000)")
-    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    add_options(parser)
     args = parser.parse_args()
-    if args.downstream:
-        serve_downstream()
-        return
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    results = anyio.run(run, args.calls)
-    print(json.dumps(results, indent=2) if args.json else table(results))
+    result = section(options_from(args))
+    print(json.dumps(result.data, indent=2) if args.json else result.markdown)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

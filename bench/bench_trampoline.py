@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -194,6 +195,18 @@ def table(samples: dict[str, list[float]]) -> str:
         p50 = _pct(found, 0.5)
         lines.append(f"| {name} | {p50:.1f} | {_pct(found, 0.9):.1f} | {p50 - floor:+.1f} |")
     return "\n".join(lines)
+
+
+def section(options: Any) -> Any:
+    """This benchmark as a section of `run.py` (`options.before_src` is `--against`; 200 runs, 30 quick)."""
+    from _support import Section, load_average
+
+    runs = 30 if options.quick else 200
+    before = load_average()
+    samples = measure(runs, Path(options.before_src) if options.before_src else None)
+    data = {"load_before": before, "load_after": load_average(), "runs": runs, "p50_ms": {}}
+    data["p50_ms"] = {name: _pct(found, 0.5) for name, found in samples.items()}
+    return Section("Sandboxed bash", f"python bench/bench_trampoline.py --runs {runs}", table(samples), data)
 
 
 def main() -> None:

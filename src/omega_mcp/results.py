@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from mcp import types
+from mcp_types import SERVER_INFO_META_KEY
 from pydantic import ValidationError
+
+from omega_mcp.narrow import object_or_none
 
 __all__ = [
     "Wire",
@@ -74,3 +77,13 @@ def checked_wire(raw: Wire, *, invalid: str) -> Wire:
         return to_wire(types.CallToolResult.model_validate(raw, by_name=False))
     except ValidationError as exc:
         return error_wire(_invalid(invalid, exc))
+
+
+def modern_complete(result: Wire, server_info: dict[str, Any]) -> Wire:
+    """What the SDK's runner adds to a 2026-era result: `resultType` ("complete" unless it has one, as a
+    2026 server's own input-required round has), then the `serverInfo` stamp in `_meta` (a copy)."""
+    result = {**result, "resultType": result.get("resultType") or "complete"}
+    meta = object_or_none(result.get("_meta"))
+    if meta is None or meta.get(SERVER_INFO_META_KEY) is None:
+        result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server_info}
+    return result

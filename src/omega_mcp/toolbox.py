@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,14 +23,11 @@ from typing import Any, Protocol, Self
 
 import anyio
 from anyio import AsyncContextManagerMixin
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, ValidationError
-from referencing import Registry
-from referencing.exceptions import NoSuchResource
 
+from omega_mcp.arguments import ArgumentCheck, SchemaError, SchemaValidationError
 from omega_mcp.builtin import bash as _bash
 from omega_mcp.builtin import read as _read
 from omega_mcp.builtin import shells as _shells
@@ -132,13 +130,8 @@ class Profile(Protocol):
         ...
 
 
-def _no_retrieval(uri: str) -> Any:
-    # jsonschema would otherwise fetch a remote `$ref` with a blocking urlopen: a downstream's
-    # schema must never make omega reach out to a URL (nor stall the event loop doing so).
-    raise NoSuchResource(ref=uri)
-
-
-_OFFLINE = Registry(retrieve=_no_retrieval)
+def _made(policy: SandboxPolicy) -> bool:
+    return policy.private_tmp is not None and os.path.lexists(policy.private_tmp)  # one lstat, no thread
 
 
 def _field_path(path: Sequence[Any]) -> str:
@@ -185,7 +178,7 @@ class Toolbox(AsyncContextManagerMixin):
         self._workplaces = Workplaces(policy)
         self._namespace_version: int | None = None
         self._namespace = Namespace(self._builtins, ())
-        self._validators: dict[tuple[str, str], tuple[int, Draft202012Validator | None]] = {}
+        self._validators: dict[tuple[str, str], tuple[int, ArgumentCheck | None]] = {}
         self.grants = Grants()
         """One-time write approvals (`on_denied = "ask"`), shared by every front-end of this Toolbox."""
 
@@ -236,6 +229,17 @@ class Toolbox(AsyncContextManagerMixin):
             exported = namespace.name_of(Route(server_name, tool.name))
             tools.append(tool if exported == tool.name else tool.model_copy(update={"name": exported}))
         return tools
+
+    def input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The `inputSchema` of the tool a name leads to (the SDK's 2026-era Mcp-Param-* check): a dict lookup."""
+        route = self.namespace().resolve(name)
+        if route is None:
+            return None
+        if route.server_name is None:
+            builtin = self._builtins.get(route.tool_name)
+            return builtin.tool.input_schema if builtin is not None else None
+        tool = self.downstreams.get_tool(route.server_name, route.tool_name) if self.downstreams is not None else None
+        return tool.input_schema if tool is not None else None
 
     def resolve(self, name: str) -> Route:
         """The route of a tool name or alias.
@@ -362,8 +366,9 @@ class Toolbox(AsyncContextManagerMixin):
             try:
                 return await self._run_builtin(args, policy, approve, owner, workplace)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(Worlds.discard, policy)
+                if _made(policy):  # a `read` never makes it
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(Worlds.discard, policy)
         policy = worlds.known(owner) or await anyio.to_thread.run_sync(worlds.policy_for, owner)
         return await self._run_builtin(args, policy, approve, owner, workplace)
 
@@ -392,15 +397,14 @@ class Toolbox(AsyncContextManagerMixin):
             case _:
                 raise ToolError(f"built-in tool {type(args).__name__} has no handler")
 
-    def _validator(self, route: Route, schema: dict[str, Any]) -> Draft202012Validator | None:
+    def _validator(self, route: Route, schema: dict[str, Any]) -> ArgumentCheck | None:
         key = (route.server_name or "", route.tool_name)
         cached = self._validators.get(key)
         if cached is not None and cached[0] == id(schema):
             return cached[1]
-        validator: Draft202012Validator | None
+        validator: ArgumentCheck | None
         try:
-            Draft202012Validator.check_schema(schema)
-            validator = Draft202012Validator(schema, registry=_OFFLINE)
+            validator = ArgumentCheck.compile(schema)
         except SchemaError:
             # A downstream with a broken schema still gets its calls: the server validates for itself.
             logger.warning(
@@ -430,7 +434,7 @@ class Toolbox(AsyncContextManagerMixin):
             required = tool.input_schema.get("required") or ()
             args = {k: v for k, v in args.items() if v is not None or k in required}
         try:
-            error: SchemaValidationError | None = next(iter(validator.iter_errors(args)), None)  # pyright: ignore[reportUnknownMemberType]
+            error: SchemaValidationError | None = validator.first_error(args)
         except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself
             logger.warning(
                 "cannot check arguments of tool %s of %s against its inputSchema (%s); forwarding unchecked",

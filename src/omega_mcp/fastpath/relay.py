@@ -42,7 +42,7 @@ from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.results import checked_wire, error_wire, invalid_result
+from omega_mcp.results import checked_wire, error_wire, invalid_result, modern_complete
 from omega_mcp.toolbox import Toolbox
 
 __all__ = ["Relay"]
@@ -54,7 +54,6 @@ _GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 _RESERVED_META = "io.modelcontextprotocol/"
 _VERSION_KEY = f"{_RESERVED_META}protocolVersion"
 _ENVELOPE_KEYS = (f"{_RESERVED_META}clientInfo", f"{_RESERVED_META}clientCapabilities")
-_SERVER_INFO_KEY = f"{_RESERVED_META}serverInfo"
 _LOG_LEVEL_KEY = f"{_RESERVED_META}logLevel"
 
 
@@ -326,11 +325,7 @@ class Relay:
 
     def _envelope(self, result: dict[str, Any]) -> dict[str, Any]:
         """What the SDK's runner adds to a 2026-era result: `resultType`, then the serverInfo stamp."""
-        result = {**result, "resultType": result.get("resultType") or "complete"}
-        meta = object_or_none(result.get("_meta"))
-        if meta is None or meta.get(_SERVER_INFO_KEY) is None:
-            result["_meta"] = {**(meta or {}), _SERVER_INFO_KEY: json.loads(self._server_info)}
-        return result
+        return modern_complete(result, json.loads(self._server_info))
 
     async def _to_client(self, message: dict[str, Any]) -> None:
         try:

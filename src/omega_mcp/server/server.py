@@ -53,7 +53,7 @@ from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.results import from_wire, to_wire
+from omega_mcp.results import from_wire, modern_complete, to_wire
 from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours
 from omega_mcp.server.clients import SessionCaller
@@ -129,6 +129,8 @@ class OmegaServer(Server[Any]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             lifespan=self._lifespan,
+            # The SDK's Mcp-Param-* check looks the schema up here, not in a tools/list per call (not in search mode).
+            get_tool_input_schema=toolbox.input_schema if tool_search is None else None,
             **extra,
         )
         self._following = False
@@ -270,15 +272,16 @@ class OmegaServer(Server[Any]):
         return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """`tools/call` on an initialized handshake-era connection, without model round trips."""
+        """`tools/call` without model round trips (handshake era once initialized; 2026 era when no round can
+        be needed: `as_caller` would use `Unreachable`); a 2026 answer gets the runner's `modern_complete`."""
         params = ctx.params
-        if (
-            ctx.method != "tools/call"
-            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-            or ctx.session.client_params is None  # not initialized: let the SDK answer
-            or not isinstance(params, Mapping)
-        ):
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
             return await call_next(ctx)
+        session = ctx.session
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        rounds = params.get("requestState") is not None or params.get("inputResponses") is not None
+        if (rounds or not asks_nothing(session.client_capabilities)) if modern else session.client_params is None:
+            return await call_next(ctx)  # 2026: rounds may be needed (the bridge); handshake: not initialized
         name, raw_arguments, raw_meta = params.get("name"), params.get("arguments"), params.get("_meta")
         arguments, meta = object_or_none(raw_arguments), object_or_none(raw_meta)
         if (
@@ -287,22 +290,25 @@ class OmegaServer(Server[Any]):
             or (raw_meta is not None and meta is None)
         ):
             return await call_next(ctx)  # malformed: the SDK's validation gives the proper error
-        self._remember(ctx.session)
-        progress = ctx.session.report_progress if meta and meta.get("progressToken") is not None else None
-        token = CALLER.set(SessionCaller(ctx.session, ctx.request_id, self.logs.level_of))
+        self._remember(session)
+        asked = modern or (meta is not None and meta.get("progressToken") is not None)  # 2026: as `as_caller`
+        progress = session.report_progress if asked else None
+        http_request = ctx.request if modern else None
+        approve = None if modern else elicitation_approver(session, ctx.request_id)
+        caller = Unreachable(session, meta) if modern else SessionCaller(session, ctx.request_id, self.logs.level_of)
+        token = CALLER.set(caller)
         try:
             if self.tool_search is not None:
-                answered, name, arguments = await self._searched_call(ctx.session, None, name, arguments)
+                answered, name, arguments = await self._searched_call(session, http_request, name, arguments)
                 if answered is not None:
-                    return to_wire(answered)
-            approve = elicitation_approver(ctx.session, ctx.request_id)
-            owner = self._shell_owner(ctx.session)
+                    return modern_complete(to_wire(answered), self.server_info_stamp) if modern else to_wire(answered)
+            owner = self._shell_owner(session, http_request)
             result = await self.toolbox.call_tool_wire(
                 name, arguments, progress=progress, meta=meta, approve=approve, owner=owner, profile=PROFILE.get()
             )
             if self.tool_search is not None:
-                await self._called(ctx.session, None, name)
-            return result
+                await self._called(session, http_request, name)
+            return modern_complete(result, self.server_info_stamp) if modern else result
         except UnknownToolError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
