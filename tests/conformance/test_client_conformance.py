@@ -76,7 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
         assert warm.stdout is not None and warm.stdout.readline() == b"ready\n"
         command = [sys.executable, "-S", "-I", str(HERE / "warm_client.py"), str(socket_path)]
         verdicts = {
-            f"{who}-{era}": suite.run_client_suite([*command, driver], era, out / f"{who}-{era}")
+            f"{who}-{era}": suite.run_client_suite([*command, driver], era, out / f"{who}-{era}", SCENARIOS[era])
             for who, driver in (("direct", "reference"), ("omega", "omega"))
             for era in SCENARIOS
         }

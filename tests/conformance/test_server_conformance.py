@@ -72,7 +72,7 @@ _direct: dict[str, dict[str, bool]] = {}
 
 def direct(reference: str, era: str, out: Path) -> dict[str, bool]:
     if era not in _direct:
-        _direct[era] = suite.run_server_suite(reference, era, out / f"direct-{era}")
+        _direct[era] = suite.run_server_suite(reference, era, out / f"direct-{era}", SCENARIOS[era])
     return _direct[era]
 
 
@@ -86,7 +86,7 @@ def test_the_reference_passes_every_scenario_and_the_renamer_changes_nothing(
     assert [s for s in SCENARIOS[era] if not verdicts[s]] == []
     port = suite.free_port()
     with suite.renamer(port, reference, tmp_path / "renamer.log"):
-        through = suite.run_server_suite(f"http://localhost:{port}/mcp", era, tmp_path / "identity")
+        through = suite.run_server_suite(f"http://localhost:{port}/mcp", era, tmp_path / "identity", SCENARIOS[era])
     assert [s for s in SCENARIOS[era] if not through.get(s)] == []
 
 
@@ -122,7 +122,9 @@ def test_every_scenario_passes_through_omega_as_it_does_directly(
         ),
     ):
         suite.wait_connected(tmp_path / "omega.log", "ref")
-        verdicts = suite.run_server_suite(f"http://localhost:{renamer_port}/mcp", era, tmp_path / "omega")
+        verdicts = suite.run_server_suite(
+            f"http://localhost:{renamer_port}/mcp", era, tmp_path / "omega", SCENARIOS[era]
+        )
     gaps = KNOWN_GAPS[(era, transport)]
     failing = [s for s in SCENARIOS[era] if reference_verdicts.get(s) and not verdicts.get(s)]
     unexpected = [s for s in failing if s not in gaps]
