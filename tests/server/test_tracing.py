@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import MCPError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -110,9 +111,10 @@ async def test_a_downstream_call_is_a_child_span_of_the_sdk_server_span_and_carr
         async with hub_client(hub.url, hub.token) as client:
             meta: Any = {"traceparent": CLIENT_TRACEPARENT}
             assert not (await client.call_tool("mcp__echo__echo", {"text": "hi"}, meta=meta)).is_error
-            refused = await client.call_tool("mcp__echo__crash", {})
-            assert refused.is_error
-        await anyio.to_thread.run_sync(receiver.wait_for, "tools/call mcp__echo__echo", "tools/call echo")
+            with pytest.raises(MCPError):
+                await client.call_tool("mcp__echo__refuse", {})
+            assert (await client.call_tool("mcp__echo__crash", {})).is_error
+        await anyio.to_thread.run_sync(receiver.wait_for, "tools/call mcp__echo__echo", "tools/call crash")
     finally:
         assert hub.stop() == 0
     assert "traces: exported over OTLP/HTTP as service omega-mcp" in hub.log.read_text()
@@ -137,9 +139,12 @@ async def test_a_downstream_call_is_a_child_span_of_the_sdk_server_span_and_carr
     [call] = [m for m in calls if m.get("method") == "tools/call" and m["params"]["name"] == "echo"]
     assert call["params"]["_meta"]["traceparent"] == f"00-{send.trace_id.hex()}-{send.span_id.hex()}-01"
 
-    # A downstream that died under the call: omega's span says so.
+    # A downstream that died under the call, and one that answered with a JSON-RPC error: omega's span says so.
     [(_, crashed)] = receiver.named("tools/call crash")
     assert {a.key: a.value.string_value for a in crashed.attributes}["error.type"] == "tool_error"
+    [(_, refused)] = receiver.named("tools/call refuse")
+    assert {a.key: a.value.string_value for a in refused.attributes}["error.type"] == "-32042"
+    assert refused.status.code == refused.status.STATUS_CODE_ERROR
 
     with receiver.changed:
         assert not any(hub.token.encode() in body for body in receiver.bodies)
@@ -152,5 +157,5 @@ def test_without_the_otel_extra_serve_warns_once_and_serves_untraced(
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if not installed
     with caplog.at_level(logging.WARNING, logger="omega_mcp"):
         assert start_tracing({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}) is None
-    [record] = caplog.records
-    assert "pip install 'omega-mcp[otel]'" in record.getMessage()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "omega_mcp" and r.getMessage().startswith("traces:")]
+    assert "pip install 'omega-mcp[otel]'" in line
