@@ -10,7 +10,8 @@ nothing. `start_tracing` changes that when `OTEL_EXPORTER_OTLP_ENDPOINT` or
 (a proxy) resolves to. Everything else is the OTel SDK's own reading of the standard variables
 (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`,
 `OTEL_EXPORTER_OTLP_*` headers, timeout, compression); the service is `omega-mcp` unless they
-name another. omega's own span per downstream call is `proxy/calls.py`'s (`downstream_span`).
+name another. omega's own span per downstream call is made by `proxy/calls.py` (`forward_call`,
+shared and per-session servers alike), only when the request's span records.
 
 The SDK and the exporter are the optional extra `omega-mcp[otel]` (protobuf is heavy, and a hub
 without a collector needs none of it): with the variable set and the extra missing, `serve` logs
