@@ -5,7 +5,8 @@ no public way from a request's `ServerSession` to its long-lived `Connection`, k
 era probe (`negotiate_auto`) in `mcp.client._probe`, and builds a client session's capabilities
 and info privately. omega needs all of them (its own pipe transports implement the streams; list
 changes and logs go to connections; a downstream is asked its era as the SDK client asks it, and
-each 2026-era request carries the envelope the session would stamp), so they are reached here,
+each 2026-era request carries the envelope the session would stamp; a traced hub puts back the
+server's default `OpenTelemetryMiddleware`, kept in `mcp.server._otel`), so they are reached here,
 once: an SDK upgrade that moves them breaks this module and nothing else.
 Transports are typed with the public `mcp.client.Transport`.
 """
@@ -16,12 +17,14 @@ from mcp import types
 from mcp.client import Transport
 from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.connection import Connection
 from mcp.server.session import ServerSession
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 __all__ = [
+    "OpenTelemetryMiddleware",
     "ReadStream",
     "Streams",
     "Transport",

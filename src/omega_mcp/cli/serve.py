@@ -4,7 +4,8 @@ stdout is the MCP wire under stdio, so the effective sandbox and everything else
 stderr. The command runs until the client goes away or SIGINT/SIGTERM arrives (through the
 `SignalGuard` that `main` passes in), then shuts down through the normal bounded cleanup. Under
 `--http` the port is bound first, before any server starts, so a busy port or a bad host is one
-usage error naming the address. The server modules are imported inside `run_serve`, after
+usage error naming the address. With an OTLP endpoint in the environment the HTTP hub exports traces
+(server/tracing.py), flushed on the way out. The server modules are imported inside `run_serve`, after
 `EarlyStarts.start` (proxy/spawn.py).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -22,6 +23,9 @@ from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
+
+if TYPE_CHECKING:
+    from omega_mcp.server.tracing import Tracing
 
 __all__ = ["run_serve"]
 
@@ -35,15 +39,20 @@ async def run_serve(
     if args.http and not 0 < args.port < 65536:
         raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     sockets: list[socket.socket] = []
+    tracing: Tracing | None = None
     if args.http:
         from omega_mcp.server.http import bind_http
+        from omega_mcp.server.tracing import start_tracing
 
         sockets = bind_http(args.host, args.port)
+        tracing = start_tracing()
     try:
-        return await _serve(config, args, guard, early, sockets)
+        return await _serve(config, args, guard, early, sockets, traced=tracing is not None)
     finally:
         for sock in sockets:
             sock.close()
+        if tracing is not None:
+            await tracing.stop()
 
 
 async def _serve(
@@ -52,6 +61,8 @@ async def _serve(
     guard: SignalGuard,
     early: EarlyStarts | None,
     sockets: list[socket.socket],
+    *,
+    traced: bool,
 ) -> int:
     from omega_mcp.cli.hub import ensure_client_workspaces
     from omega_mcp.sandbox.launch import describe_sandbox
@@ -85,6 +96,7 @@ async def _serve(
             instructions=hub_instructions(policy, sandbox, list(config.servers)),
             tool_search=search,
             profiles=profiles,
+            traced=traced,
         )
         async with anyio.create_task_group() as tg:
             if profiles is not None:

@@ -21,6 +21,8 @@ import anyio.lowlevel
 from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
 
 from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.oversize import is_too_large, limit_text
@@ -32,6 +34,7 @@ from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 __all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
 
 _PROGRESS_DRAIN_SECONDS = 2.0
+_tracer = trace.get_tracer("omega-mcp")
 
 
 class _Progress:
@@ -107,10 +110,55 @@ async def forward_call(
     `requestState`), passed on as they are; for a 2026-era client an input-required round of a
     2026-era server comes back as it is (`resultType: "input_required"`).
 
+    Traced (server/tracing.py), the call is a CLIENT span, child of the client's request span; the
+    SDK's own send span under it carries the trace context downstream in `_meta` (its
+    `traceparent` replaces the client's). Untraced, no span is made (the current one is not recording).
+
     Raises:
         DownstreamRefusedError: the server answered with a JSON-RPC error (not a timeout or a lost
             connection); an MCP client gets that error as it is.
     """
+    if not trace.get_current_span().is_recording():
+        return await _forward(session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
+    server_name = session.spec.server_name
+    attributes = {
+        "mcp.method.name": "tools/call",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool_name,
+        "omega.server.name": server_name,
+    }
+    with _tracer.start_as_current_span(
+        f"tools/call {tool_name}",
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            result = await _forward(session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
+        except DownstreamRefusedError as exc:
+            span.set_attribute("error.type", str(exc.code))
+            span.set_status(StatusCode.ERROR, exc.rpc_message)
+            raise
+        except Exception as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(StatusCode.ERROR)
+            raise
+        if result.get("isError") is True:
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(StatusCode.ERROR)
+        return result
+
+
+async def _forward(
+    session: DownstreamSession,
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    progress: ProgressFnT | None,
+    meta: Mapping[str, Any] | None,
+    extra: Mapping[str, Any] | None,
+) -> Wire:
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
     params: dict[str, Any] = {**(extra or {}), "name": tool_name, "arguments": arguments}
     if meta:

@@ -62,6 +62,7 @@ from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
 from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles
 from omega_mcp.server.tool_search import SessionTools
+from omega_mcp.server.tracing import request_spans
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.version import __version__
 
@@ -145,7 +146,7 @@ class OmegaServer(Server[Any]):
             "notifications/roots/list_changed", types.NotificationParams, self._on_roots_list_changed
         )
         # The fast path replaces the SDK's default OpenTelemetry middleware: it costs every
-        # request a span even with no exporter, and nothing here exports traces.
+        # request a span even with no exporter; `build_server(traced=True)` puts it back.
         self.middleware = [self._fast_call_tool]
 
     def _remember(self, session: ServerSession) -> None:
@@ -428,13 +429,15 @@ def build_server(
     instructions: str | None = None,
     tool_search: SessionTools | None = None,
     profiles: Profiles | None = None,
+    traced: bool = False,
 ) -> OmegaServer:
     """The MCP server for a (started) Toolbox; downstream prompts and resources come from `catalog`.
 
     Pass the same (entered) `Downstreams` the Toolbox routes to. Without one the lists are simply
     empty: a hub always answers prompts/list, resources/list and completion. `tool_search` (a
     `SessionTools` over the same Toolbox) puts the hub in search mode when its catalog calls for it;
-    `profiles` (the HTTP hub's `[hub.clients]`) scope each request to its client (`ClientScope`).
+    `profiles` (the HTTP hub's `[hub.clients]`) scope each request to its client (`ClientScope`);
+    `traced` puts the SDK's request spans back, outermost (tracing.py).
     """
     server = OmegaServer(
         toolbox,
@@ -444,4 +447,6 @@ def build_server(
     )
     if profiles is not None:
         server.middleware.insert(0, ClientScope(profiles, server.catalog))
+    if traced:
+        server.middleware.insert(0, request_spans())
     return server
