@@ -145,8 +145,7 @@ class OmegaServer(Server[Any]):
         self.add_notification_handler(
             "notifications/roots/list_changed", types.NotificationParams, self._on_roots_list_changed
         )
-        # The fast path replaces the SDK's default OpenTelemetry middleware: it costs every
-        # request a span even with no exporter; `build_server(traced=True)` puts it back.
+        # No SDK OpenTelemetry middleware (a span per request even unexported) unless `traced`.
         self.middleware = [self._fast_call_tool]
 
     def _remember(self, session: ServerSession) -> None:
@@ -445,8 +444,6 @@ def build_server(
         instructions=instructions,
         tool_search=tool_search,
     )
-    if profiles is not None:
-        server.middleware.insert(0, ClientScope(profiles, server.catalog))
-    if traced:
-        server.middleware.insert(0, request_spans())
+    scope = [ClientScope(profiles, server.catalog)] if profiles is not None else []
+    server.middleware[:0] = [*([request_spans()] if traced else []), *scope]  # spans outermost
     return server
