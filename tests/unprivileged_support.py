@@ -55,15 +55,44 @@ def unprivileged() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
     try:
-        return pwd.getpwnam(USER)
+        user = pwd.getpwnam(USER)
     except KeyError:
-        pass
+        user = _create()
+    require_reach(user)
+    return user
+
+
+def _create() -> pwd.struct_passwd:
     if shutil.which("useradd") is None:
         pytest.skip("useradd is not installed: cannot create an unprivileged user")
     made = subprocess.run(["useradd", "--create-home", USER], capture_output=True, text=True, check=False)
     if made.returncode != 0:
         pytest.skip(f"cannot create an unprivileged user: {made.stderr.strip()}")
     return pwd.getpwnam(USER)
+
+
+_reach: dict[int, str] = {}
+
+
+def require_reach(user: pwd.struct_passwd) -> None:
+    """Skip, saying why, when `user` cannot run this interpreter and import omega (a checkout or
+    interpreter below a directory only root may enter, such as /root): then every attack run as that
+    account would fail before it starts, telling nothing about the sandbox."""
+    if user.pw_uid not in _reach:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", "import omega_mcp"],
+                user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"},
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            _reach[user.pw_uid] = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+        except PermissionError as exc:
+            _reach[user.pw_uid] = str(exc)
+    if _reach[user.pw_uid]:
+        pytest.skip(
+            f"the unprivileged account {user.pw_name} cannot run {sys.executable} with omega "
+            f"({_reach[user.pw_uid]}): put the checkout and its interpreter where other users may enter"
+        )
 
 
 class Scenario:

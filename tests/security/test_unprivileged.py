@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from unprivileged_support import unprivileged
+
 USER = "omega-sbx-test"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged: the rest of the suite covers it")
@@ -26,16 +28,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="already unprivileged:
 
 @pytest.fixture(scope="module")
 def user() -> pwd.struct_passwd:
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is not installed: cannot create an unprivileged user")
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        pass
-    made = subprocess.run(["useradd", "--create-home", USER], capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create an unprivileged user: {made.stderr.strip()}")
-    return pwd.getpwnam(USER)
+    found = unprivileged()
+    assert found is not None  # we are root (pytestmark)
+    return found
 
 
 @pytest.fixture
