@@ -66,3 +66,21 @@ def queries() -> list[Query]:
         expected = tuple(namespace_names[tuple(e.split("/", 1))] for e in item["expected"])
         out.append(Query(item["query"], expected, item["kind"], item["split"]))
     return out
+
+
+class CatalogHost:
+    """An agent's tool host over the harvested catalog's tools (built-ins included) under their exported
+    names, all servers or only `servers`; every call answers "NAME ran" and is recorded in `calls`."""
+
+    def __init__(self, servers: tuple[str, ...] | None = None) -> None:
+        entries = [e for e in catalog_entries() if e.server_name is None or servers is None or e.server_name in servers]
+        self.tools = [e.tool.model_copy(update={"name": e.name}) for e in entries]
+        self.servers = {e.name: e.server_name for e in entries}
+        self.calls: list[str] = []
+
+    async def list_tools(self) -> list[types.Tool]:
+        return self.tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        self.calls.append(name)
+        return types.CallToolResult(content=[types.TextContent(text=f"{name} ran")])

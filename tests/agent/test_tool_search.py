@@ -3,32 +3,13 @@ carries, calls by name of tools never listed, a search that finds nothing, and t
 
 from __future__ import annotations
 
-from typing import Any
-
-from mcp import types
-
 from omega_mcp.agent.loop import AgentToolSearch, ToolsInfo, run_agent
 from omega_mcp.agent.output import usage_line
 from omega_mcp.messages import TextPart, ToolReferencePart, ToolResultsMessage, Usage
 from omega_mcp.providers.scripted import ScriptedProvider, ScriptedRequest, call, reply, turns
-from search_support import catalog_entries
+from search_support import CatalogHost as Host
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
-
-
-class Host:
-    def __init__(self, servers: tuple[str, ...] | None = None) -> None:
-        entries = [e for e in catalog_entries() if e.server_name is None or servers is None or e.server_name in servers]
-        self.tools = [e.tool.model_copy(update={"name": e.name}) for e in entries]
-        self.servers = {e.name: e.server_name for e in entries}
-        self.calls: list[str] = []
-
-    async def list_tools(self) -> list[types.Tool]:
-        return self.tools
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        self.calls.append(name)
-        return types.CallToolResult(content=[types.TextContent(text=f"{name} ran")])
 
 
 def names(request: ScriptedRequest) -> list[str]:

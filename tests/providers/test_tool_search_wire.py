@@ -17,34 +17,16 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import types
 
 from omega_mcp.agent.loop import AgentToolSearch, run_agent
 from omega_mcp.builtin.schemas import BUILTIN_TOOLS
 from omega_mcp.providers import RetryPolicy, create_provider
-from search_support import catalog_entries
+from search_support import CatalogHost
 
 NO_WAIT = RetryPolicy(max_retries=0)
 BUILTINS = [tool.name for tool, _ in BUILTIN_TOOLS]
 FOUND = "mcp__github__create_issue"
 SERVERS = ("filesystem", "github", "playwright", "time", "git")
-
-
-class Host:
-    """A few real servers' tools (the harvested catalog) under their exported names; calls echo."""
-
-    def __init__(self) -> None:
-        entries = [e for e in catalog_entries() if e.server_name is None or e.server_name in SERVERS]
-        self.tools = [e.tool.model_copy(update={"name": e.name}) for e in entries]
-        self.servers = {e.name: e.server_name for e in entries}
-        self.calls: list[str] = []
-
-    async def list_tools(self) -> list[types.Tool]:
-        return self.tools
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        self.calls.append(name)
-        return types.CallToolResult(content=[types.TextContent(text=f"{name} ran")])
 
 
 def _args(arguments: dict[str, Any]) -> str:
@@ -168,7 +150,7 @@ async def test_the_model_searches_then_uses_the_found_tool_with_a_byte_identical
     turn, model = FORMATS[provider]
     fake = fake_http(*(httpx2.Response(200, json=turn(call, n)) for n, call in enumerate([SEARCH, CALL, None], 1)))
     llm = create_provider(provider, api_key="k", client=fake.client, retry=NO_WAIT)
-    host = Host()
+    host = CatalogHost(SERVERS)
     result = await run_agent(
         "File a bug about the login crash in o/r",
         provider=llm,
