@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,3 +149,22 @@ def paired_ratio(samples: Sequence[float], base: Sequence[float]) -> float:
 
 def load_average() -> float:
     return os.getloadavg()[0]
+
+
+async def paired_latency(
+    callers: dict[str, Callable[[], Awaitable[None]]], rounds: int, *, warmup: int
+) -> dict[str, list[float]]:
+    """`warmup` calls of each, then one call per caller per round, the order rotating; returns the
+    samples (seconds) per caller, round by round, so drift on a shared machine hits all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in callers}
+    names = list(callers)
+    for name in names:
+        for _ in range(warmup):
+            await callers[name]()
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            await callers[name]()
+            samples[name].append(time.perf_counter() - start)
+    return samples

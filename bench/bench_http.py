@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from _support import (
     load_average,
     omega_env,
     options_from,
+    paired_latency,
     paired_ratio,
     percentile,
     stop,
@@ -100,21 +100,6 @@ async def _call(client: Any) -> None:
         raise RuntimeError(f"read failed: {result.content}")
 
 
-async def _latency(callers: dict[str, Callable[[], Awaitable[None]]], rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in callers}
-    names = list(callers)
-    for name in names:
-        for _ in range(30):  # warm up
-            await callers[name]()
-    for index in range(rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            await callers[name]()
-            samples[name].append(time.perf_counter() - start)
-    return samples
-
-
 async def _throughput(clients: list[Any], per_worker: int) -> float:
     async def worker(client: Any) -> None:
         for _ in range(per_worker):
@@ -137,7 +122,7 @@ async def measure(options: Options, era: str) -> dict[str, Any]:
         for label, (_, url, token) in servers.items():
             pools[label] = [await stack.enter_async_context(_client(url, token, ERAS[era])) for _ in range(CLIENTS)]
         callers = {label: (lambda c=pool[0]: _call(c)) for label, pool in pools.items()}
-        samples = await _latency(callers, max(20, options.calls))
+        samples = await paired_latency(callers, max(20, options.calls), warmup=30)
         rates: dict[str, list[float]] = {label: [] for label in pools}
         for _ in range(2 if options.quick else 3):
             for label, pool in pools.items():

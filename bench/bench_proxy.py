@@ -50,6 +50,7 @@ from _support import (
     memory_mb,
     omega_env,
     options_from,
+    paired_latency,
     paired_ratio,
     percentile,
     read_pid,
@@ -111,22 +112,6 @@ def _paths(work: Path, options: Options, downstream: str, url: str | None) -> li
     return [_Path("A", direct, "echo"), *paths, omega]
 
 
-async def _latency(callers: dict[str, Callable[[], Awaitable[None]]], rounds: int) -> dict[str, list[float]]:
-    """One call per path per round, the order rotating; returns the samples per path, round by round."""
-    samples: dict[str, list[float]] = {name: [] for name in callers}
-    names = list(callers)
-    for name in names:
-        for _ in range(50):  # warm up
-            await callers[name]()
-    for index in range(rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            await callers[name]()
-            samples[name].append(time.perf_counter() - start)
-    return samples
-
-
 async def _throughput(call: Callable[[], Awaitable[None]], per_worker: int) -> float:
     async def worker() -> None:
         for _ in range(per_worker):
@@ -165,7 +150,7 @@ async def measure(options: Options, downstream: str, era: str, url: str | None =
         started = {p.label: memory_mb(p.pid) for p in paths if p.pid}
         cpu_before = {p.label: cpu_seconds(p.pid) for p in paths if p.pid}
         rounds = max(20, options.calls)
-        samples = await _latency(callers, rounds)
+        samples = await paired_latency(callers, rounds, warmup=50)
         cpu = {p.label: (cpu_seconds(p.pid) - cpu_before[p.label]) / rounds for p in paths if p.pid}
         rates: dict[str, list[float]] = {name: [] for name in callers}
         for _ in range(2 if options.quick else 3):
