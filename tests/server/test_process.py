@@ -27,11 +27,23 @@ _INITIALIZE = {
 }
 
 
-def _serve(tmp_path: Path, stdout: Any, stderr: Any, servers: str = "") -> subprocess.Popen[bytes]:
+def _config(tmp_path: Path, more: str = "") -> Path:
+    """An rwx-mode servers.toml with its workspace made, plus `more` (other tables)."""
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     config = tmp_path / "servers.toml"
-    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{servers}')
+    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n{more}')
+    return config
+
+
+def _params(tmp_path: Path, more: str = "") -> StdioServerParameters:
+    """`omega-mcp serve` on `_config(tmp_path, more)` for the SDK client, its home in tmp_path."""
+    args = ["-m", "omega_mcp", "serve", "--config", str(_config(tmp_path, more))]
+    return StdioServerParameters(command=sys.executable, args=args, env={"OMEGA_HOME": str(tmp_path / "home")})
+
+
+def _serve(tmp_path: Path, stdout: Any, stderr: Any, servers: str = "") -> subprocess.Popen[bytes]:
+    config = _config(tmp_path, servers)
     env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
     env.pop("OMEGA_CONFIG", None)
     return subprocess.Popen(
@@ -102,15 +114,7 @@ def test_a_signal_while_omega_is_still_starting_leaves_no_downstream_process(tmp
 
 
 async def test_a_modern_stdio_client_keeps_its_background_shells_across_requests(tmp_path: Path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    config = tmp_path / "servers.toml"
-    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n')
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "omega_mcp", "serve", "--config", str(config)],
-        env={"OMEGA_HOME": str(tmp_path / "home")},
-    )
+    params = _params(tmp_path)
     async with mcp.Client(params, mode="auto") as client:
         assert client.protocol_version == "2026-07-28"
         started = await client.call_tool("bash", {"command": "echo from-the-shell", "run_in_background": True})
@@ -128,15 +132,7 @@ async def test_a_modern_stdio_client_keeps_its_background_shells_across_requests
 
 
 async def test_over_stdio_a_client_message_over_max_message_mb_is_refused_and_omega_stays_up(tmp_path: Path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    config = tmp_path / "servers.toml"
-    config.write_text(f'[sandbox]\nmode = "rwx"\nworkspace = "{ws}"\n\n[hub]\nmax_message_mb = 1\n')
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "omega_mcp", "serve", "--config", str(config)],
-        env={"OMEGA_HOME": str(tmp_path / "home")},
-    )
+    params = _params(tmp_path, "\n[hub]\nmax_message_mb = 1\n")
     async with mcp.Client(params, mode="legacy") as client:
         fits = await client.call_tool("write", {"file_path": "fits.txt", "content": "x" * (512 * 1024)})
         with pytest.raises(mcp.MCPError) as refused:
@@ -144,5 +140,5 @@ async def test_over_stdio_a_client_message_over_max_message_mb_is_refused_and_om
         after = await client.call_tool("read", {"file_path": "fits.txt", "limit": 1})
     assert not fits.is_error
     assert refused.value.code == -32600 and "longer than max_message_mb (1 MiB)" in refused.value.message
-    assert not (ws / "long.txt").exists()
+    assert not (tmp_path / "ws" / "long.txt").exists()
     assert not after.is_error
