@@ -30,6 +30,7 @@ from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from omega_mcp.jsonline import decode
 from omega_mcp.narrow import object_or_none
 from omega_mcp.oversize import HEAD, TAIL, Oversize, limit_text
 
@@ -117,7 +118,7 @@ class PipeReader(MessageReadStream):
         try:
             if intercept is None:
                 return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            decoded: object = json.loads(line)
+            decoded: object = decode(line)
             message = object_or_none(decoded)
             if message is not None and await self._taken(intercept, message):
                 return None

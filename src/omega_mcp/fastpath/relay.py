@@ -35,6 +35,7 @@ import anyio.abc
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
+from omega_mcp.jsonline import encode_line
 from omega_mcp.loglevels import allows
 from omega_mcp.narrow import as_object, object_or_none
 from omega_mcp.oversize import is_too_large
@@ -77,10 +78,6 @@ def _askable(params: dict[str, Any]) -> bool:
 def _level(params: dict[str, Any]) -> str | None:
     level = as_object(params.get("_meta")).get(_LOG_LEVEL_KEY)
     return level if isinstance(level, str) else None
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 @dataclass(slots=True)
@@ -194,7 +191,7 @@ class Relay:
         self._hook(session, pipes)
         try:
             await pipes[1].send_raw(
-                _encode({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
+                encode_line({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
             )
         except _GONE:
             why = session.stopped_because()
@@ -329,7 +326,7 @@ class Relay:
 
     async def _to_client(self, message: dict[str, Any]) -> None:
         try:
-            await self._client.send_raw(_encode(message))
+            await self._client.send_raw(encode_line(message))
         except _GONE:
             logger.debug("client gone; dropped %s", message.get("method") or "a result")
 
@@ -341,7 +338,7 @@ class Relay:
             "params": {"requestId": relay_id, "reason": reason},
         }
         try:
-            await pipes[1].send_raw(_encode(cancel))
+            await pipes[1].send_raw(encode_line(cancel))
         except _GONE:
             pass
 
