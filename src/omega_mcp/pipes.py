@@ -3,24 +3,34 @@
 The SDK's stdio transports put a task and a zero-buffer memory stream between each pipe and the
 dispatcher (and its server side reads and writes through worker threads), which costs several
 event-loop round trips per message: most of what a proxy hop costs. These two classes implement
-the SDK's `ReadStream` / `WriteStream` protocols directly on the descriptor: `receive()` reads
-and parses in the caller's task, `send()` writes in the caller's task and only waits when the
-pipe is full (later senders queue behind, in order, with a bounded backlog). One reader at a time.
-A reader bounds what one message may take (`max_message_bytes`): a longer line is never held. With
-an `oversize` hook the reader drops it as it reads (keeping its head and tail, `oversize.py`) and
-the hook says what stands in for it (an error answer for that request only); without one, the
-line ends the stream, with `overflow` saying so. A reader may carry an
-`intercept` hook that sees each message as plain JSON first and can take it
-(the tools/call relay in relay.py); a writer can also send already-encoded messages (`send_raw`).
+the SDK's `ReadStream` / `WriteStream` protocols directly on the descriptor.
+
+A reader keeps a readiness callback registered (`readiness.Watch`) while nothing waits in its
+buffer: each time the pipe is readable it reads, splits lines and offers each message, as plain
+JSON, to its `take` hook (the tools/call relay in fastpath/relay.py), which can handle it right
+there, in the same loop iteration, without a task switch. The first message the hook leaves is
+kept, with everything after it, for `receive()` (the SDK's reading task), and the reader stops
+watching until that task has taken them all: what the SDK reads is read at the SDK's pace, as
+before, and a message never overtakes an earlier one. One reader at a time. A reader bounds what
+one message may take (`max_message_bytes`): a longer line is never held. With an `oversize` hook
+the reader drops it as it reads (keeping its head and tail, `oversize.py`) and the hook says what
+stands in for it (an error answer for that request only); without one, the line ends the stream,
+with `overflow` saying so. A regular file (or `/dev/null`), which cannot be polled and never
+blocks, is simply read when the buffer is empty.
+
+A writer writes in the caller's turn what the pipe takes (`send_nowait`, or `send` / `send_raw`
+for the SDK and other tasks) and the rest as the pipe drains, from a writability callback, in
+order; `send_raw` waits only while more than a bounded backlog is queued. Before the descriptors
+are closed, `detach()` takes their callbacks off the loop.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -30,9 +40,10 @@ from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from omega_mcp.jsonline import decode
+from omega_mcp.jsonline import decode, encode_line
 from omega_mcp.narrow import object_or_none
 from omega_mcp.oversize import HEAD, TAIL, Oversize, limit_text
+from omega_mcp.readiness import Watch
 
 __all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
 
@@ -42,10 +53,17 @@ _READ_SIZE = 1 << 16
 _HIGH_WATER = 1 << 20  # bytes queued behind a full pipe before senders wait
 _FAIRNESS = 32  # messages delivered from the buffer before yielding to other tasks once
 
-Intercept = Callable[[dict[str, Any]], Awaitable[bool]]
-"""Sees each decoded message before the SDK does; returns True when it took the message."""
+Take = Callable[[dict[str, Any]], bool]
+"""Sees each decoded message before the SDK does (synchronously, in order); returns True when it took it."""
 OversizeHook = Callable[[Oversize], Awaitable[dict[str, Any] | None]]
 """Told of each line over the bound (after it was dropped); returns a message to deliver instead, or None."""
+
+
+@dataclass(slots=True)
+class _Decoded:
+    """A line already decoded and offered to `take`, which left it: the SDK's."""
+
+    message: object
 
 
 class MessageReadStream:
@@ -86,16 +104,20 @@ class PipeReader(MessageReadStream):
         self.max_message_bytes = max_message_bytes
         self.overflow: str | None = None
         """Set when a message longer than `max_message_bytes` ended the stream: why, in words."""
-        self._lines: deque[bytes | Oversize] = deque()
+        self._lines: deque[bytes | Oversize | _Decoded] = deque()
         self._partial = bytearray()
         self._skipping: Oversize | None = None
         """The line over the bound being dropped as it arrives (its head and tail are kept)."""
         self.oversize: OversizeHook | None = None
+        self.take: Take | None = None
         self._eof = False
         self._aborted = False
         self._closed = False
         self._streak = 0
-        self.intercept: Intercept | None = None
+        self._watch: Watch | None = None
+        self._pollable = True
+        self._waiting: anyio.Event | None = None
+        """Set by the readiness callback for a `receive()` parked on an empty buffer."""
 
     @property
     def at_eof(self) -> bool:
@@ -104,34 +126,114 @@ class PipeReader(MessageReadStream):
 
     def abort(self) -> None:
         """End the stream once what is already in the pipe has been read (the writer is gone)."""
-        if not self._aborted:
-            self._aborted = True
-            anyio.notify_closing(self.fd)  # wakes a receive() parked in wait_readable
+        if self._aborted:
+            return
+        self._aborted = True
+        while not self._eof and self._read_once():  # what is there now; nothing more will come
+            pass
+        self._eof = True
+        self._advance()
+        self._settle()
 
-    def _invalid(self, line: bytes, exc: Exception) -> Exception:
-        logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, line)
-        return exc
+    def detach(self) -> None:
+        """Stop watching the descriptor (before it is closed); what is buffered can still be received."""
+        if self._watch is not None:
+            self._watch.stop()
 
-    async def _next(self, line: bytes) -> SessionMessage | Exception | None:
-        """The message on `line` for the SDK, or None when the intercept hook took it."""
-        intercept = self.intercept
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read_once(self) -> bool:
+        """Read what the pipe has into the line buffer; False when it had nothing (it would block)."""
         try:
-            if intercept is None:
-                return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            decoded: object = decode(line)
-            message = object_or_none(decoded)
-            if message is not None and await self._taken(intercept, message):
-                return None
-            return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
-        except (ValidationError, ValueError) as exc:
-            return self._invalid(line, exc)
-
-    async def _taken(self, intercept: Intercept, message: dict[str, Any]) -> bool:
-        try:
-            return await intercept(message)
-        except Exception:  # boundary: a hook bug must not end the connection; the SDK path takes over
-            logger.exception("%s intercept hook failed; passing the message on", self.label)
+            chunk = os.read(self.fd, _READ_SIZE)
+        except BlockingIOError:
             return False
+        except OSError as exc:
+            logger.debug("%s read failed: %s", self.label, exc)
+            chunk = b""
+        self._feed(chunk)
+        return True
+
+    def _feed(self, chunk: bytes) -> None:
+        if not chunk:
+            self._eof = True
+            if self._skipping is not None:
+                self._lines.append(self._skipping)
+                self._skipping = None
+            elif self._partial.strip():
+                self._lines.append(bytes(self._partial))
+                self._partial = bytearray()
+            return
+        if self._skipping is not None:
+            chunk = self._skip(chunk)
+            if not chunk:
+                return
+        self._partial += chunk
+        if b"\n" in chunk:
+            *lines, rest = self._partial.split(b"\n")
+            self._partial = rest
+            self._lines.extend(bytes(line) for line in lines if line.strip())
+        self._bound()
+
+    def _readable(self) -> None:
+        """The readiness callback: read, let `take` have what it takes, leave the rest to `receive()`."""
+        if self._read_once():
+            self._advance()
+        self._settle()
+
+    def _advance(self) -> None:
+        """Offer the buffered lines to `take` in order, up to the first one it leaves."""
+        take, lines = self.take, self._lines
+        while take is not None and lines:
+            line = lines[0]
+            if not isinstance(line, bytes):
+                return  # decoded already, or over the bound: receive() delivers it
+            try:
+                decoded = decode(line)
+            except ValueError:
+                return  # receive() reports it
+            message = object_or_none(decoded)
+            if message is None or not self._taken(take, message):
+                lines[0] = _Decoded(decoded)
+                return
+            lines.popleft()
+
+    def _settle(self) -> None:
+        """Watch the pipe only while the buffer is empty; wake a parked `receive()` when it is not."""
+        done = self._eof or self._closed
+        if self._watch is not None and (self._lines or done):
+            self._watch.stop()
+        if (self._lines or done) and self._waiting is not None:
+            self._waiting.set()
+
+    def _taken(self, take: Take, message: dict[str, Any]) -> bool:
+        try:
+            return take(message)
+        except Exception:  # boundary: a hook bug must not end the connection; the SDK path takes over
+            logger.exception("%s take hook failed; passing the message on", self.label)
+            return False
+
+    async def _wait(self) -> None:
+        """Wait for the readiness callback to fill the buffer (or end the stream)."""
+        if self._pollable:
+            if self._watch is None:
+                self._watch = Watch(self.fd, self._readable)
+            try:
+                self._watch.start()
+            except OSError:  # a regular file or /dev/null: never blocks, so it is just read
+                self._pollable = False
+        if not self._pollable:
+            if not self._read_once():
+                await anyio.sleep(0.01)  # cannot happen for such descriptors; never spin
+            else:
+                self._advance()
+            return
+        self._streak = 0
+        waiting = self._waiting = anyio.Event()
+        try:
+            await waiting.wait()
+        finally:
+            self._waiting = None
 
     async def receive(self) -> SessionMessage | Exception:
         while True:
@@ -140,46 +242,41 @@ class PipeReader(MessageReadStream):
                 if self._streak >= _FAIRNESS:  # a peer that never pauses must not starve the loop
                     self._streak = 0
                     await anyio.lowlevel.checkpoint()
-                line = self._lines.popleft()
-                message = await self._next(line) if isinstance(line, bytes) else await self._instead(line)
+                if not self._lines:
+                    continue  # stop() emptied it meanwhile
+                message = await self._deliver(self._lines.popleft())
                 if message is not None:
                     return message
                 continue
             if self._eof or self._closed:
                 raise anyio.EndOfStream
-            try:
-                chunk = os.read(self.fd, _READ_SIZE)
-            except BlockingIOError:
-                if self._aborted:
-                    self._eof = True
-                    continue
-                self._streak = 0
-                try:
-                    await anyio.wait_readable(self.fd)
-                except anyio.ClosedResourceError:
-                    pass  # abort(): read what is left, then end
-                continue
-            except OSError as exc:
-                logger.debug("%s read failed: %s", self.label, exc)
-                chunk = b""
-            if not chunk:
-                self._eof = True
-                if self._skipping is not None:
-                    self._lines.append(self._skipping)
-                    self._skipping = None
-                elif self._partial.strip():
-                    self._lines.append(bytes(self._partial))
-                continue
-            if self._skipping is not None:
-                chunk = self._skip(chunk)
-                if not chunk:
-                    continue
-            self._partial += chunk
-            if b"\n" in chunk:
-                *lines, rest = self._partial.split(b"\n")
-                self._partial = rest
-                self._lines.extend(bytes(line) for line in lines if line.strip())
-            self._bound()
+            await self._wait()
+
+    async def _deliver(self, line: bytes | Oversize | _Decoded) -> SessionMessage | Exception | None:
+        if isinstance(line, Oversize):
+            return await self._instead(line)
+        try:
+            if isinstance(line, _Decoded):
+                return SessionMessage(types.jsonrpc_message_adapter.validate_python(line.message, by_name=False))
+            return self._next(line)
+        except (ValidationError, ValueError) as exc:
+            return self._invalid(line, exc)
+
+    def _next(self, line: bytes) -> SessionMessage | None:
+        """The message on `line` for the SDK, or None when `take` took it (raises when it is not JSON-RPC)."""
+        take = self.take
+        if take is None:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        decoded: object = decode(line)
+        message = object_or_none(decoded)
+        if message is not None and self._taken(take, message):
+            return None
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
+
+    def _invalid(self, line: bytes | _Decoded, exc: Exception) -> Exception:
+        shown = line if isinstance(line, bytes) else encode_line(line.message)
+        logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, shown)
+        return exc
 
     async def _instead(self, oversize: Oversize) -> SessionMessage | Exception | None:
         """What the hook delivers in place of a line over the bound (None: nothing)."""
@@ -189,7 +286,13 @@ class PipeReader(MessageReadStream):
         except Exception:  # boundary: a hook bug must not end the connection
             logger.exception("%s oversize hook failed", self.label)
             return None
-        return await self._next(json.dumps(replacement).encode()) if replacement is not None else None
+        if replacement is None:
+            return None
+        line = encode_line(replacement)
+        try:
+            return self._next(line)
+        except (ValidationError, ValueError) as exc:
+            return self._invalid(line, exc)
 
     def _skip(self, chunk: bytes) -> bytes:
         """Drop `chunk` up to the end of the line over the bound (keeping its tail); returns what follows it."""
@@ -244,9 +347,11 @@ class PipeReader(MessageReadStream):
         """End the stream now, for `overflow` (what was read and not yet delivered is dropped)."""
         self._lines.clear()
         self._end(overflow)
+        self._settle()
 
     async def aclose(self) -> None:
         self._closed = True
+        self._settle()
 
 
 class PipeWriter:
@@ -257,8 +362,8 @@ class PipeWriter:
         self.fd = fd
         self.label = label
         self._backlog = bytearray()
-        self._flushing = False
         self._drained = anyio.Event()
+        self._watch: Watch | None = None
         self._closed = False
 
     def _write(self, data: bytes | bytearray) -> int:
@@ -268,15 +373,22 @@ class PipeWriter:
             return 0
         except OSError as exc:  # the reader went away: nothing more can be delivered
             logger.debug("%s write failed: %s", self.label, exc)
-            self._closed = True
-            self._backlog.clear()
+            self._lost()
             raise anyio.BrokenResourceError from exc
+
+    def _lost(self) -> None:
+        self._closed = True
+        self._backlog.clear()
+        self.detach()
+        self._drained.set()
 
     async def send(self, item: SessionMessage, /) -> None:
         await self.send_raw((item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode())
 
-    async def send_raw(self, data: bytes) -> None:
-        """Send one already-encoded message (a JSON object and its newline).
+    def send_nowait(self, data: bytes) -> None:
+        """Send one already-encoded message (a JSON object and its newline) without waiting.
+
+        What the pipe does not take now is written, in order, as it drains.
 
         Raises:
             anyio.ClosedResourceError: the writer was closed or aborted.
@@ -284,38 +396,46 @@ class PipeWriter:
         """
         if self._closed:
             raise anyio.ClosedResourceError
-        if self._backlog or self._flushing:
+        if self._backlog:
             self._backlog += data  # keep the order: behind what is already waiting for the pipe
-            while self._flushing and len(self._backlog) > _HIGH_WATER:
-                await self._drained.wait()
-            if not self._flushing:
-                await self._flush()
             return
         written = self._write(data)
         if written < len(data):
             self._backlog += data[written:]
-            await self._flush()
+            if self._watch is None:
+                self._watch = Watch(self.fd, self._writable, writable=True)
+            self._watch.start()
 
-    async def _flush(self) -> None:
-        self._flushing = True
+    async def send_raw(self, data: bytes) -> None:
+        """`send_nowait`, then wait while more than a bounded backlog is queued behind a full pipe."""
+        self.send_nowait(data)
+        while len(self._backlog) > _HIGH_WATER and not self._closed:
+            await self._drained.wait()
+
+    def _writable(self) -> None:
+        """The writability callback: write what the pipe takes of the backlog."""
         try:
-            while self._backlog:
-                await anyio.wait_writable(self.fd)
-                del self._backlog[: self._write(self._backlog)]
-        finally:
-            # A cancelled flush leaves its backlog to the next sender (order is kept either way).
-            self._flushing = False
+            del self._backlog[: self._write(self._backlog)]
+        except anyio.BrokenResourceError:
+            return
+        if not self._backlog:
+            self.detach()
             self._drained.set()
             self._drained = anyio.Event()
 
+    def detach(self) -> None:
+        """Stop watching the descriptor (before it is closed); a backlog then stays unwritten."""
+        if self._watch is not None:
+            self._watch.stop()
+
     def abort(self) -> None:
-        """Stop writing (the reader is gone or we are shutting down); wakes a parked flush."""
+        """Stop writing (the reader is gone or we are shutting down); wakes senders waiting on the backlog."""
         if not self._closed:
-            self._closed = True
-            anyio.notify_closing(self.fd)
+            self._lost()
 
     async def aclose(self) -> None:
         self._closed = True
+        self.detach()
 
     async def __aenter__(self) -> Self:
         return self

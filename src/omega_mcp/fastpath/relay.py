@@ -2,10 +2,11 @@
 
 When omega serves stdio and a call targets a stdio downstream, the SDK machinery on both sides
 (dispatch tasks, request models, stream hops) is most of what the proxy hop costs. The relay
-takes such a `tools/call` off the client's pipe (`PipeReader.intercept`), checks it exactly as
-the Toolbox does (route from the namespace dict, arguments against the compiled validator),
-writes it to the server's pipe under its own request id and writes the server's answer back
-under the client's id, otherwise untouched. Progress tokens and `notifications/cancelled` are
+takes such a `tools/call` off the client's pipe (`PipeReader.take`: synchronously, in the loop
+iteration that read it, with no task switch), checks it exactly as the Toolbox does (route from
+the namespace dict, arguments against the compiled validator), writes it to the server's pipe
+under its own request id and writes the server's answer back under the client's id (the same way,
+from the server pipe's `take`), otherwise untouched. Progress tokens and `notifications/cancelled` are
 mapped both ways, the server's `timeout` cancels downstream and answers isError, and a server
 that dies fails its pending calls. A 2026-07-28 client's call (no handshake: its `_meta` names the
 version, client info and capabilities) goes to a 2026-era server as it is, envelope, input-required
@@ -26,6 +27,7 @@ import itertools
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,23 +138,23 @@ class Relay:
 
     # -- from the client ---------------------------------------------------------------------
 
-    async def from_client(self, message: dict[str, Any]) -> bool:
-        """The client pipe's intercept hook: True when the relay took the message."""
+    def from_client(self, message: dict[str, Any]) -> bool:
+        """The client pipe's `take` hook: True when the relay took the message."""
         method = message.get("method")
         if method == "tools/call":
             if self._ready:
-                return await self._call(message)
+                return self._call(message)
             params = object_or_none(message.get("params"))
-            return not self._handshake and params is not None and _enveloped(params) and await self._call(message, True)
+            return not self._handshake and params is not None and _enveloped(params) and self._call(message, True)
         if method == "notifications/cancelled":
-            return await self._client_cancelled(message)
+            return self._client_cancelled(message)
         if method == "initialize":
             self._handshake = True  # 2026-era clients never send it; they keep the SDK path
         elif method == "notifications/initialized":
             self._ready = self._handshake
         return False
 
-    async def _call(self, message: dict[str, Any], modern: bool = False) -> bool:
+    def _call(self, message: dict[str, Any], modern: bool = False) -> bool:
         client_id, params = message.get("id"), object_or_none(message.get("params"))
         if not isinstance(client_id, int | str) or isinstance(client_id, bool) or params is None:
             return False  # malformed: the SDK path answers with the proper error
@@ -190,22 +192,22 @@ class Relay:
         self._by_client[client_id] = relay_id
         self._hook(session, pipes)
         try:
-            await pipes[1].send_raw(
+            pipes[1].send_nowait(
                 encode_line({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
             )
         except _GONE:
             why = session.stopped_because()
             if pipes is session.pipes:
                 session.lose(why or "the server closed the connection")
-            await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
+            self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
             return True
-        deadline = anyio.current_time() + timeout
+        deadline = time.monotonic() + timeout
         if not self._deadlines or deadline < self._deadlines[0][0]:
             self._rearm.set()
         heapq.heappush(self._deadlines, (deadline, relay_id))
         return True
 
-    async def _client_cancelled(self, message: dict[str, Any]) -> bool:
+    def _client_cancelled(self, message: dict[str, Any]) -> bool:
         params = object_or_none(message.get("params"))
         request_id = params.get("requestId") if params is not None else None
         relay_id = self._by_client.get(request_id) if isinstance(request_id, int | str) else None
@@ -213,7 +215,7 @@ class Relay:
         if relay_id is None or call is None:
             return False
         del self._by_client[call.client_id]
-        await self._cancel_downstream(call, relay_id, "cancelled by the client")
+        self._cancel_downstream(call, relay_id, "cancelled by the client")
         return True
 
     # -- from the servers --------------------------------------------------------------------
@@ -225,19 +227,16 @@ class Relay:
             return
 
         def closed() -> None:
-            try:
-                self._task_group.start_soon(self._fail_session, session)
-            except RuntimeError:
-                pass  # the client connection is over: nobody is waiting for these answers
+            self._fail_session(session)
 
-        async def from_server(message: dict[str, Any]) -> bool:
-            return await self._from_server(message, reader)
+        def from_server(message: dict[str, Any]) -> bool:
+            return self._from_server(message, reader)
 
         self._hooked.add(id(reader))
-        reader.intercept = from_server
+        reader.take = from_server
         session.on_close(closed)
 
-    async def _from_server(self, message: dict[str, Any], reader: PipeReader) -> bool:
+    def _from_server(self, message: dict[str, Any], reader: PipeReader) -> bool:
         request_id = message.get("id")
         if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
             call = self._calls.get(request_id)
@@ -248,10 +247,10 @@ class Relay:
             if error is not None and is_too_large(
                 error.get("data")
             ):  # as forward_call: that call fails, not the server
-                await self._finish(request_id, error_wire(too_long(call.server_name, call.tool_name, call.limit)))
+                self._finish(request_id, error_wire(too_long(call.server_name, call.tool_name, call.limit)))
                 return True
             if error is not None and isinstance(error.get("code"), int):
-                await self._finish(request_id, error, failed=True)  # the server's own error, as it is
+                self._finish(request_id, error, failed=True)  # the server's own error, as it is
                 return True
             if "error" in message or result is None:
                 result = self._failure(call, message)
@@ -259,10 +258,10 @@ class Relay:
                 pass  # the client's own round, as forward_call hands it on
             elif not isinstance(result.get("content"), list):  # as forward_call: checked against the model
                 result = checked_wire(result, invalid=invalid_result(call.server_name, call.tool_name))
-            await self._finish(request_id, result)
+            self._finish(request_id, result)
             return True
         if message.get("method") == "notifications/message":
-            return await self._log(message, reader)
+            return self._log(message, reader)
         if message.get("method") == "notifications/progress":
             params = object_or_none(message.get("params"))
             token = params.get("progressToken") if params is not None else None
@@ -270,7 +269,7 @@ class Relay:
             if call is not None and params is not None:
                 if call.client_token is not None:
                     update = {**params, "progressToken": call.client_token}
-                    await self._to_client({"jsonrpc": "2.0", "method": "notifications/progress", "params": update})
+                    self._to_client({"jsonrpc": "2.0", "method": "notifications/progress", "params": update})
                 return True
         return False
 
@@ -284,7 +283,7 @@ class Relay:
             )
         return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
 
-    async def _log(self, message: dict[str, Any], reader: PipeReader) -> bool:
+    def _log(self, message: dict[str, Any], reader: PipeReader) -> bool:
         """A server's log message while relayed calls run there: the client's, at the level it asked for."""
         params = as_object(message.get("params"))
         level = params.get("level")
@@ -293,44 +292,44 @@ class Relay:
             return False  # outside relayed calls: the SDK path routes it
         thresholds = [c.log_level if c.modern else self._log_level() for c in running]
         if any(allows(threshold, level) for threshold in thresholds):
-            await self._to_client({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+            self._to_client({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
         return True
 
-    async def _fail_session(self, session: DownstreamSession) -> None:
+    def _fail_session(self, session: DownstreamSession) -> None:
         """A link of `session` closed: its calls in flight fail (those on a link still open carry on)."""
         for relay_id, call in list(self._calls.items()):
             if call.session is session and (
                 session.closed.is_set() or session.pipes_for(call.modern) is not call.pipes
             ):
                 why = session.stopped_because()
-                await self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
+                self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
 
     # -- answers and timeouts ----------------------------------------------------------------
 
-    async def _finish(self, relay_id: str, result: dict[str, Any], *, failed: bool = False) -> None:
+    def _finish(self, relay_id: str, result: dict[str, Any], *, failed: bool = False) -> None:
         """Answer the client's call with `result` (or, `failed`, with `result` as its JSON-RPC error)."""
         call = self._calls.pop(relay_id, None)
         if call is None:
             return
         self._by_client.pop(call.client_id, None)
         if failed:
-            await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
+            self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
             return
         if call.modern:  # a server's own 2026 answer has both already; one omega wrote (a timeout) gets them
             result = self._envelope(result)
-        await self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
+        self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
 
     def _envelope(self, result: dict[str, Any]) -> dict[str, Any]:
         """What the SDK's runner adds to a 2026-era result: `resultType`, then the serverInfo stamp."""
         return modern_complete(result, json.loads(self._server_info))
 
-    async def _to_client(self, message: dict[str, Any]) -> None:
+    def _to_client(self, message: dict[str, Any]) -> None:
         try:
-            await self._client.send_raw(encode_line(message))
+            self._client.send_nowait(encode_line(message))
         except _GONE:
             logger.debug("client gone; dropped %s", message.get("method") or "a result")
 
-    async def _cancel_downstream(self, call: _Call, relay_id: str, reason: str) -> None:
+    def _cancel_downstream(self, call: _Call, relay_id: str, reason: str) -> None:
         pipes = call.pipes
         cancel = {
             "jsonrpc": "2.0",
@@ -338,20 +337,20 @@ class Relay:
             "params": {"requestId": relay_id, "reason": reason},
         }
         try:
-            await pipes[1].send_raw(encode_line(cancel))
+            pipes[1].send_nowait(encode_line(cancel))
         except _GONE:
             pass
 
     async def _expire(self) -> None:
         """One timer for every relayed call: the earliest deadline first (finished calls are skipped)."""
         while True:
-            now = anyio.current_time()
+            now = time.monotonic()
             while self._deadlines and (self._deadlines[0][0] <= now or self._deadlines[0][1] not in self._calls):
                 deadline, relay_id = heapq.heappop(self._deadlines)
                 call = self._calls.get(relay_id)
                 if call is not None and deadline <= now:
-                    await self._cancel_downstream(call, relay_id, f"timed out after {call.timeout:g} s")
-                    await self._finish(relay_id, error_wire(timed_out(call.server_name, call.tool_name, call.timeout)))
+                    self._cancel_downstream(call, relay_id, f"timed out after {call.timeout:g} s")
+                    self._finish(relay_id, error_wire(timed_out(call.server_name, call.tool_name, call.timeout)))
             if len(self._deadlines) > 4 * len(self._calls) + 1024:  # finished calls pile up: prune
                 self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
                 heapq.heapify(self._deadlines)

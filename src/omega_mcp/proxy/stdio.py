@@ -156,6 +156,8 @@ class StdioTransport(AsyncContextManagerMixin):
                 os.close(fd)
 
     def _close_fds(self) -> None:
+        if self._reader is not None:
+            self._reader.detach()
         for fd in list(self._open_fds):
             self._close_fd(fd)
 

@@ -71,11 +71,12 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
     finally:
         os.close(devnull)
     blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
+    reader, writer = PipeReader(wire_in, label="[client]"), PipeWriter(wire_out, label="[client]")
     try:
-        yield PipeReader(wire_in, label="[client]"), PipeWriter(wire_out, label="[client]")
+        yield reader, writer
     finally:
-        for fd in (wire_in, wire_out):
-            anyio.notify_closing(fd)
+        reader.detach()
+        writer.detach()
         # The descriptions are shared with whoever gave us the pipes (a terminal, a shell):
         # leave them blocking as we found them, and put the wire back on fds 0 and 1.
         os.set_blocking(wire_in, blocking[0])
@@ -133,7 +134,7 @@ async def serve_streams(
                 accept=server.relay_accepts,
                 log_level=server.client_log_level,
             )
-            read_stream.intercept = relay_calls.from_client
+            read_stream.take = relay_calls.from_client
         await server.run(read_stream, write_stream, server.initialization_options())
         task_group.cancel_scope.cancel()
 
