@@ -155,7 +155,7 @@ async def measure(options: Options, downstream: str, era: str, url: str | None =
         rates: dict[str, list[float]] = {name: [] for name in callers}
         for _ in range(2 if options.quick else 3):
             for name, call in callers.items():
-                rates[name].append(await _throughput(call, 3 if options.quick else 10))
+                rates[name].append(await _throughput(call, 3 if options.quick else 30))
         peaks = {p.label: memory_mb(p.pid) for p in paths if p.pid}
     finally:
         try:

@@ -49,16 +49,23 @@ def _id(message: SessionMessage | Exception) -> object:
 
 async def test_take_handles_messages_as_they_arrive_without_anyone_receiving() -> None:
     taken: list[object] = []
+    both = anyio.Event()
+
+    def take(message: dict[str, Any]) -> bool:
+        taken.append(message["id"])
+        if len(taken) == 2:
+            both.set()
+        return True
+
     with _pipe() as (read_fd, write_fd):
         reader = PipeReader(read_fd, label="t")
-        reader.take = lambda message: taken.append(message["id"]) is None and message["method"] == "tools/call"
+        reader.take = take
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.receive)  # parks: the callback is watching from now on
             await anyio.sleep(0.05)
             os.write(write_fd, _line(_call(1)) + _line(_call(2)))
             with anyio.fail_after(5):
-                while len(taken) < 2:
-                    await anyio.sleep(0.01)
+                await both.wait()
             tg.cancel_scope.cancel()
         reader.detach()
     assert taken == [1, 2]
@@ -128,28 +135,28 @@ async def test_abort_delivers_what_is_in_the_pipe_then_ends_a_parked_receive() -
     with _pipe() as (read_fd, write_fd):
         reader = PipeReader(read_fd, label="t")
         got: list[object] = []
+        first, ended = anyio.Event(), anyio.Event()
 
         async def receive_all() -> None:
             try:
                 while True:
                     got.append(_id(await reader.receive()))
+                    first.set()
             except anyio.EndOfStream:
-                got.append("end")
+                ended.set()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(receive_all)
             await anyio.sleep(0.05)
             os.write(write_fd, _line(_ping(1)))
             with anyio.fail_after(5):
-                while not got:
-                    await anyio.sleep(0.01)
+                await first.wait()
             # The writer is gone without closing its end (a process that died with children keeping it).
             os.write(write_fd, _line(_ping(2)))
             reader.abort()
             with anyio.fail_after(5):
-                while got[-1:] != ["end"]:
-                    await anyio.sleep(0.01)
-        assert got == [1, 2, "end"]
+                await ended.wait()
+        assert got == [1, 2]
         assert not reader.at_eof  # ended by us, not by the other side
 
 
@@ -197,3 +204,50 @@ async def test_a_writer_whose_reader_is_gone_raises_and_then_stays_closed() -> N
             await writer.send_raw(_line(_ping(2)))
     finally:
         os.close(write_fd)
+
+
+async def test_take_stops_reading_while_where_it_writes_is_congested() -> None:
+    """Backpressure: a reader whose `take` writes to a pipe nobody reads stops reading its own pipe
+    (the sender blocks) instead of queueing everything in memory; all of it arrives, in order, once
+    the far end reads."""
+    messages = [
+        _line({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"pad": "x" * 2000}}) for i in range(3000)
+    ]
+    with _pipe() as (in_read, in_write), _pipe() as (out_read, out_write):
+        reader, writer = PipeReader(in_read, label="in"), PipeWriter(out_write, label="out")
+        reader.take = lambda message: writer.send_nowait(json.dumps(message).encode() + b"\n") is None
+        reader.congested = lambda: writer if writer.congested else None
+        fed = anyio.Event()
+        received = bytearray()
+
+        def feed() -> None:
+            with open(in_write, "wb", closefd=False) as pipe:  # blocking writes: the sender blocks when omega stops
+                for data in messages:
+                    pipe.write(data)
+
+        async def feeder() -> None:
+            await anyio.to_thread.run_sync(feed)
+            fed.set()
+
+        async def drive() -> None:
+            with pytest.raises(anyio.EndOfStream):
+                await reader.receive()  # everything is taken: it only waits, or waits for the writer to drain
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feeder)
+            tg.start_soon(drive)
+            await anyio.sleep(0.5)
+            assert not fed.is_set()  # 6 MB did not all go into memory: the reader stopped reading
+            expected = sum(map(len, messages))
+            os.set_blocking(out_read, False)
+            with anyio.fail_after(30):
+                while len(received) < expected:
+                    try:
+                        received += os.read(out_read, 1 << 16)
+                    except BlockingIOError:
+                        await anyio.sleep(0.002)
+                await fed.wait()
+            os.close(in_write)
+        assert [json.loads(line)["id"] for line in bytes(received).splitlines()] == list(range(3000))
+        reader.detach()
+        writer.detach()

@@ -110,6 +110,9 @@ class PipeReader(MessageReadStream):
         """The line over the bound being dropped as it arrives (its head and tail are kept)."""
         self.oversize: OversizeHook | None = None
         self.take: Take | None = None
+        self.congested: Callable[[], PipeWriter | None] | None = None
+        """Where `take` writes, a writer with more than a bounded backlog (None: none is): `take` is then
+        not offered more until `receive()` has waited for that writer to drain (backpressure)."""
         self._eof = False
         self._aborted = False
         self._closed = False
@@ -186,8 +189,8 @@ class PipeReader(MessageReadStream):
         take, lines = self.take, self._lines
         while take is not None and lines:
             line = lines[0]
-            if not isinstance(line, bytes):
-                return  # decoded already, or over the bound: receive() delivers it
+            if not isinstance(line, bytes) or self._blocked() is not None:
+                return  # decoded already, over the bound, or backpressure: receive() takes it from here
             try:
                 decoded = decode(line)
             except ValueError:
@@ -197,6 +200,9 @@ class PipeReader(MessageReadStream):
                 lines[0] = _Decoded(decoded)
                 return
             lines.popleft()
+
+    def _blocked(self) -> PipeWriter | None:
+        return self.congested() if self.congested is not None else None
 
     def _settle(self) -> None:
         """Watch the pipe only while the buffer is empty; wake a parked `receive()` when it is not."""
@@ -244,6 +250,9 @@ class PipeReader(MessageReadStream):
                     await anyio.lowlevel.checkpoint()
                 if not self._lines:
                     continue  # stop() emptied it meanwhile
+                if isinstance(self._lines[0], bytes) and (blocked := self._blocked()) is not None:
+                    await blocked.wait_drained()
+                    continue
                 message = await self._deliver(self._lines.popleft())
                 if message is not None:
                     return message
@@ -409,7 +418,16 @@ class PipeWriter:
     async def send_raw(self, data: bytes) -> None:
         """`send_nowait`, then wait while more than a bounded backlog is queued behind a full pipe."""
         self.send_nowait(data)
-        while len(self._backlog) > _HIGH_WATER and not self._closed:
+        await self.wait_drained()
+
+    @property
+    def congested(self) -> bool:
+        """Whether more than a bounded backlog waits for the pipe (senders should wait: `wait_drained`)."""
+        return len(self._backlog) > _HIGH_WATER
+
+    async def wait_drained(self) -> None:
+        """Wait until the backlog is no longer over the bound (or the writer is closed)."""
+        while self.congested and not self._closed:
             await self._drained.wait()
 
     def _writable(self) -> None:

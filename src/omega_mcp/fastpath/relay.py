@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +131,7 @@ class Relay:
         self._ready = False
         self._calls: dict[str, _Call] = {}
         self._hooked: set[int] = set()  # the server pipes whose answers the relay looks at first
+        self._writers: weakref.WeakSet[PipeWriter] = weakref.WeakSet()  # the server pipes it writes to
         self._by_client: dict[Any, str] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
@@ -218,6 +220,13 @@ class Relay:
         self._cancel_downstream(call, relay_id, "cancelled by the client")
         return True
 
+    def downstream_congested(self) -> PipeWriter | None:
+        """A server pipe with more than a bounded backlog (the client's calls wait for it), or None."""
+        return next((writer for writer in self._writers if writer.congested), None)
+
+    def _client_congested(self) -> PipeWriter | None:
+        return self._client if self._client.congested else None
+
     # -- from the servers --------------------------------------------------------------------
 
     def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader, PipeWriter]) -> None:
@@ -233,7 +242,9 @@ class Relay:
             return self._from_server(message, reader)
 
         self._hooked.add(id(reader))
+        self._writers.add(pipes[1])
         reader.take = from_server
+        reader.congested = self._client_congested
         session.on_close(closed)
 
     def _from_server(self, message: dict[str, Any], reader: PipeReader) -> bool:

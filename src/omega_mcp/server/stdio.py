@@ -135,6 +135,7 @@ async def serve_streams(
                 log_level=server.client_log_level,
             )
             read_stream.take = relay_calls.from_client
+            read_stream.congested = relay_calls.downstream_congested
         await server.run(read_stream, write_stream, server.initialization_options())
         task_group.cancel_scope.cancel()
 
