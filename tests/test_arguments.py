@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -59,6 +61,7 @@ def _schemas() -> list[dict[str, Any]]:
 @pytest.mark.parametrize("schema", _schemas(), ids=lambda s: str(s)[:90])
 def test_the_quick_verdict_agrees_with_jsonschema(schema: dict[str, Any]) -> None:
     check = ArgumentCheck.compile(schema)
+    assert check is not None
     reference = Draft202012Validator(schema)
     for args in _ARGUMENTS:
         expected = next(iter(reference.iter_errors(args)), None)
@@ -78,6 +81,7 @@ def test_flat_schemas_take_the_quick_path() -> None:
         "additionalProperties": False,
     }
     check = ArgumentCheck.compile(schema)
+    assert check is not None
     assert check.certainly_valid({"text": "ping"})
     assert check.certainly_valid({"text": "ping", "n": 3})
     assert not check.certainly_valid({"text": 1})
@@ -89,7 +93,25 @@ def test_flat_schemas_take_the_quick_path() -> None:
 
 def test_a_schema_with_more_than_types_is_left_to_jsonschema() -> None:
     check = ArgumentCheck.compile({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}})
+    assert check is not None
     assert not check.certainly_valid({"s": "abc"})
     assert check.first_error({"s": "abc"}) is None
     error = check.first_error({"s": "xyz"})
     assert error is not None and "does not match" in error.message
+
+
+def test_an_invalid_schema_compiles_to_none() -> None:
+    assert ArgumentCheck.compile({"type": "object", "properties": {"n": {"type": 5}}}) is None
+
+
+def test_jsonschema_loads_at_the_first_compile_not_with_the_module() -> None:
+    # `serve` imports this module before its first answer; jsonschema is ~50 ms it does not need then.
+    code = (
+        "import sys\n"
+        "from omega_mcp.arguments import ArgumentCheck\n"
+        "assert 'jsonschema' not in sys.modules\n"
+        "assert ArgumentCheck.compile({'type': 'object'}) is not None\n"
+        "assert 'jsonschema' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr

@@ -9,21 +9,24 @@ nested schema, an `integer` given as `1.0`, an argument that looks wrong) goes t
 validator, which gives the verdict and words the error. The quick check can only skip work,
 never change an answer (`tests/test_arguments.py` holds it to jsonschema's verdicts). The
 validator never fetches a remote `$ref` (a downstream's schema must not make omega reach out).
+jsonschema itself is imported at the first `compile` (a downstream tool's first call), not with this
+module: it is about 50 ms that `serve` would otherwise spend before its first answer.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from typing import Any, cast
-
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.exceptions import ValidationError as SchemaValidationError
-from referencing import Registry
-from referencing.exceptions import NoSuchResource
+from typing import TYPE_CHECKING, Any, cast
 
 from omega_mcp.narrow import object_or_none
 
-__all__ = ["ArgumentCheck", "SchemaError", "SchemaValidationError"]
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+    from referencing import Registry
+
+__all__ = ["ArgumentCheck"]
 
 _ANNOTATIONS = frozenset(
     {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly", "format"}
@@ -48,10 +51,18 @@ _TYPES: dict[str, Callable[[object], bool]] = {
 
 
 def _no_retrieval(uri: str) -> Any:
+    from referencing.exceptions import NoSuchResource
+
     raise NoSuchResource(ref=uri)
 
 
-_OFFLINE = Registry(retrieve=_no_retrieval)
+@functools.cache
+def _offline() -> Registry[Any]:
+    """The registry the validators resolve `$ref`s in: it retrieves nothing."""
+    from referencing import Registry
+
+    return Registry(retrieve=_no_retrieval)
+
 
 _Types = tuple[Callable[[object], bool], ...] | None
 """The type checks of one property (any one passing will do), None for a property that takes anything."""
@@ -105,11 +116,15 @@ class ArgumentCheck:
         self._quick = _quick(schema)
 
     @classmethod
-    def compile(cls, schema: Mapping[str, Any]) -> ArgumentCheck:
-        """Raises:
-        SchemaError: the schema itself is invalid."""
-        Draft202012Validator.check_schema(schema)
-        return cls(Draft202012Validator(schema, registry=_OFFLINE), schema)
+    def compile(cls, schema: Mapping[str, Any]) -> ArgumentCheck | None:
+        """The compiled schema, or None when the schema itself is invalid."""
+        from jsonschema import Draft202012Validator, SchemaError
+
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError:
+            return None
+        return cls(Draft202012Validator(schema, registry=_offline()), schema)
 
     def certainly_valid(self, args: Mapping[str, Any]) -> bool:
         """True only when `args` are valid for sure; False means: ask `first_error`."""
@@ -129,7 +144,7 @@ class ArgumentCheck:
                 return False
         return True
 
-    def first_error(self, args: Mapping[str, Any]) -> SchemaValidationError | None:
+    def first_error(self, args: Mapping[str, Any]) -> ValidationError | None:
         """The first error jsonschema finds, or None (skipped when `certainly_valid`).
 
         Raises:

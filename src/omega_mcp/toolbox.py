@@ -27,7 +27,7 @@ from mcp import types
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, ValidationError
 
-from omega_mcp.arguments import ArgumentCheck, SchemaError, SchemaValidationError
+from omega_mcp.arguments import ArgumentCheck
 from omega_mcp.builtin import bash as _bash
 from omega_mcp.builtin import read as _read
 from omega_mcp.builtin import shells as _shells
@@ -402,15 +402,12 @@ class Toolbox(AsyncContextManagerMixin):
         cached = self._validators.get(key)
         if cached is not None and cached[0] == id(schema):
             return cached[1]
-        validator: ArgumentCheck | None
-        try:
-            validator = ArgumentCheck.compile(schema)
-        except SchemaError:
+        validator = ArgumentCheck.compile(schema)
+        if validator is None:
             # A downstream with a broken schema still gets its calls: the server validates for itself.
             logger.warning(
                 "tool %s of %s has an invalid inputSchema; not validating", route.tool_name, route.server_name
             )
-            validator = None
         self._validators[key] = (id(schema), validator)
         return validator
 
@@ -434,7 +431,7 @@ class Toolbox(AsyncContextManagerMixin):
             required = tool.input_schema.get("required") or ()
             args = {k: v for k, v in args.items() if v is not None or k in required}
         try:
-            error: SchemaValidationError | None = validator.first_error(args)
+            error = validator.first_error(args)
         except Exception as exc:  # a `$ref` to a URL, a pattern that is no regex: the server validates for itself
             logger.warning(
                 "cannot check arguments of tool %s of %s against its inputSchema (%s); forwarding unchecked",

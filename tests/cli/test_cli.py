@@ -257,13 +257,19 @@ def test_a_signal_during_call_stops_the_command_and_exits_128_plus_signal(tmp_pa
 
 def test_importing_the_command_installs_no_handler_and_loads_no_sdk(tmp_path: Path):
     # `EarlyStarts.start` starts the downstream servers while omega still imports the SDK: the command
-    # modules must keep the heavy imports inside their functions, and importing must not touch signals.
+    # modules load only once the command runs (after that start) and keep the heavy imports inside
+    # their functions, and importing must not touch signals.
     code = (
         "import signal, sys\n"
         "before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)\n"
         "import omega_mcp.cli.main\n"
         "assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before\n"
-        "heavy = ('mcp.', 'omega_mcp.toolbox', 'omega_mcp.server', 'omega_mcp.agent', 'omega_mcp.proxy.supervisor')\n"
+        "from omega_mcp.cli.toolbox import sampler_for\n"
+        "from omega_mcp.config import Config\n"
+        "assert sampler_for(Config()) is None  # no [sampling]: serve loads none of the agent's modules\n"
+        "heavy = ('mcp.', 'omega_mcp.toolbox', 'omega_mcp.server', 'omega_mcp.agent', 'omega_mcp.proxy.supervisor',\n"
+        "         'omega_mcp.cli.agent', 'omega_mcp.cli.login', 'omega_mcp.cli.oneshot', 'omega_mcp.cli.register',\n"
+        "         'omega_mcp.cli.serve')\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(heavy)))\n"
     )
     proc = subprocess.run(

@@ -3,8 +3,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,6 +127,32 @@ def test_probe_sees_enforced_landlock_and_working_namespaces() -> None:
     assert found.pid_namespace
     assert found.mount_proc
     assert found.detail == ""
+
+
+def test_callers_asking_at_once_share_one_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `serve` starts the bash zygote (which asks first) in a thread while its main thread describes
+    # the sandbox: a second caller waits for the probe under way instead of running another one.
+    runs: list[list[str]] = []
+    running, second = threading.Event(), threading.Event()
+    real_run = subprocess.run
+
+    def counted_run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        runs.append(argv)
+        running.set()
+        if len(runs) > 1:
+            second.set()
+        second.wait(1)  # bounded: the second caller gets here within it only when it is not held back
+        return real_run(argv, **kwargs)
+
+    monkeypatch.setattr(probe.subprocess, "run", counted_run)
+    found: list[probe.Support] = []
+    first = threading.Thread(target=lambda: found.append(probe.support()))
+    first.start()
+    assert running.wait(30)
+    found.append(probe.support())
+    first.join(30)
+    assert len(runs) == 1
+    assert len(found) == 2 and found[0] == found[1]
 
 
 def test_forcing_the_probe_off_reports_no_landlock(monkeypatch: pytest.MonkeyPatch) -> None:

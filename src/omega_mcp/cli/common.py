@@ -11,9 +11,12 @@ import sys
 
 from omega_mcp.visible import visible
 
-__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "UsageError", "say"]
+__all__ = ["DEFAULT_LOGIN_TIMEOUT", "EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "UsageError", "say"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+DEFAULT_LOGIN_TIMEOUT = 300.0
+"""How long `omega-mcp login` waits for the browser (here, not in login.py: the parser shows it before any
+command module is imported)."""
 
 
 class UsageError(Exception):

@@ -30,7 +30,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.stapled import MultiListener
 
-from omega_mcp.cli.common import EXIT_OK, UsageError, say
+from omega_mcp.cli.common import DEFAULT_LOGIN_TIMEOUT, EXIT_OK, UsageError, say
 from omega_mcp.config import Config, ServerConfig
 from omega_mcp.errors import ConfigError, OAuthError
 
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_LOGIN_TIMEOUT", "run_login", "run_logout"]
 
-DEFAULT_LOGIN_TIMEOUT = 300.0
 _HEAD_LIMIT = 16 * 1024  # a callback request is one line of query string; more is no browser
 _REQUEST_SECONDS = 10.0  # one connection to the callback, from accept to answer
 

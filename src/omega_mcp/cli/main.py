@@ -3,10 +3,11 @@
 stdout is the MCP wire under `serve` (stdio), so everything else logs to stderr. Flags override
 the config file, which overrides defaults. Exit codes: 0 success, 1 tool or agent failure,
 2 usage or config error (one line naming the file, the key and the problem; never a traceback).
-The command modules keep the SDK, proxy, server, toolbox and agent imports inside their functions,
-so the downstream servers are spawned before any of that loads (only for commands that can use them:
-`toolbox.needs_servers`). Run as root, the commands that run tools print one warning line once the
-config is loaded: Landlock does not protect other processes from root.
+The command modules are imported by `_dispatch`, after the early start, and keep the SDK, proxy,
+server, toolbox and agent imports inside their functions, so the downstream servers are spawned
+before any of that loads (only for commands that can use them: `toolbox.needs_servers`). Run as
+root, the commands that run tools print one warning line once the config is loaded: Landlock does
+not protect other processes from root.
 """
 
 from __future__ import annotations
@@ -20,12 +21,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from omega_mcp.cli.agent import converses, run_agent
-from omega_mcp.cli.common import EXIT_FAILURE, EXIT_USAGE, UsageError, say
-from omega_mcp.cli.login import DEFAULT_LOGIN_TIMEOUT, run_login, run_logout
-from omega_mcp.cli.oneshot import run_call, run_search, run_tools
-from omega_mcp.cli.register import run_claude_config, run_import
-from omega_mcp.cli.serve import run_serve
+from omega_mcp.cli.common import DEFAULT_LOGIN_TIMEOUT, EXIT_FAILURE, EXIT_USAGE, UsageError, say
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import needs_servers
 from omega_mcp.cli.trust import check_trust, launch_guard
@@ -310,7 +306,11 @@ def _setup_logging(level_name: str) -> None:
 
 async def _dispatch(config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts) -> int:
     if args.command == "serve":
+        from omega_mcp.cli.serve import run_serve
+
         return await run_serve(config, args, guard, early)
+    from omega_mcp.cli.agent import converses, run_agent
+
     if converses(args):  # the conversation handles SIGINT itself: Ctrl-C cancels a turn, not omega
         return await run_agent(config, args, sys.stdout, early, guard)
     # A one-shot command stops on SIGINT/SIGTERM through the same bounded cleanup (its bash tree is
@@ -326,6 +326,11 @@ async def _dispatch(config: Config, args: argparse.Namespace, guard: SignalGuard
 
 
 async def _one_shot(config: Config, args: argparse.Namespace, early: EarlyStarts) -> int:
+    from omega_mcp.cli.agent import run_agent
+    from omega_mcp.cli.login import run_login, run_logout
+    from omega_mcp.cli.oneshot import run_call, run_search, run_tools
+    from omega_mcp.cli.register import run_claude_config, run_import
+
     out = sys.stdout
     match args.command:
         case "tools":

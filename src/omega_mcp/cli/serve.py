@@ -64,6 +64,13 @@ async def _serve(
     *,
     traced: bool,
 ) -> int:
+    from omega_mcp.sandbox import zygote_client
+
+    # The sandbox probe and the bash zygote (both in a thread, mostly waiting on subprocesses) start
+    # now, so they run while the SDK below is imported instead of after it: by the time the sandbox
+    # is described for the startup log the probe has its answer (`Toolbox` asks for the zygote again,
+    # which is then already there or on its way).
+    zygote_client.prestart()
     from omega_mcp.cli.hub import ensure_client_workspaces
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers, summary

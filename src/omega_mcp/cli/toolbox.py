@@ -109,12 +109,12 @@ def sampler_for(config: Config) -> ProviderSampler | None:
     cannot be resolved (say its API key is not set) is reported once on stderr, and the sampler
     refuses every request with that reason: the hub itself keeps working.
     """
+    sampling = config.sampling
+    if sampling.provider is None:
+        return None  # before the imports: the agent's modules are not on the way to `serve`'s first answer
     from omega_mcp.agent.command import resolve_model, resolve_settings
     from omega_mcp.proxy.sampling import ProviderSampler, SamplingSettings
 
-    sampling = config.sampling
-    if sampling.provider is None:
-        return None
     own = AgentConfig(
         provider=sampling.provider,
         model=sampling.model,

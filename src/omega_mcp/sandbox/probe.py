@@ -15,6 +15,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +39,9 @@ script (compiled every time). `-I` keeps the cwd, i.e. the workspace, off sys.pa
 must never run before the sandbox is in place."""
 SANDBOX_EXEC = Path("/usr/bin/sandbox-exec")
 _PROBE_TIMEOUT_SECONDS = 15.0
+_probe_lock = threading.Lock()
+"""One probe at a time: `serve` starts the bash zygote (which asks first) in a thread while its main
+thread describes the sandbox, and both must wait for the same run rather than start a second one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,8 @@ def _probe() -> Support:
 
 def support() -> Support:
     """The cached probe result, with `OMEGA_FORCE_NO_LANDLOCK` applied."""
-    found = _probe()
+    with _probe_lock:
+        found = _probe()
     if os.environ.get(FORCE_NO_LANDLOCK_ENV, "") not in ("", "0"):
         return replace(
             found,
@@ -125,4 +130,5 @@ def support() -> Support:
 
 def clear_cache() -> None:
     """Forget the probe (tests; or after the kernel/config changed under a long-lived process)."""
-    _probe.cache_clear()
+    with _probe_lock:
+        _probe.cache_clear()
