@@ -285,7 +285,12 @@ async def test_no_launcher_means_no_bash_never_bash_without_it(
 ) -> None:
     await _bash(box, "true")
     monkeypatch.setattr(zygote_client, "_BOOTSTRAP", "raise SystemExit(3)")  # a launcher that cannot start
-    os.kill(_launcher(), signal.SIGKILL)
+    launcher = _launcher()
+    tree = [launcher, *_children(launcher), *_session_processes()]
+    os.kill(launcher, signal.SIGKILL)
+    # No launcher at all from here on (a call racing the kill may still reach a dying session, start
+    # there and die with it: that command is reported killed, never run unconfined; another test).
+    await _gone(*tree)
     proof = policy.workspace / "ran"
     result = await _bash(box, f"touch {proof}")
     assert result.is_error
