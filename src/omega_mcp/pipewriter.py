@@ -84,6 +84,11 @@ class PipeWriter:
         await self.wait_drained()
 
     @property
+    def closed(self) -> bool:
+        """Whether the writer was closed or aborted, or its reader went away."""
+        return self._closed
+
+    @property
     def congested(self) -> bool:
         """Whether more than a bounded backlog waits for the pipe (senders should wait: `wait_drained`)."""
         return len(self._backlog) > _HIGH_WATER

@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +130,7 @@ class Relay:
         self._ready = False
         self._calls: dict[str, _Call] = {}
         self._hooked: set[int] = set()  # the server pipes whose answers the relay looks at first
-        self._writers: weakref.WeakSet[PipeWriter] = weakref.WeakSet()  # the server pipes it writes to
+        self._writers: list[PipeWriter] = []  # the server pipes it writes to (a closed one is dropped)
         self._by_client: dict[Any, str] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
@@ -222,7 +221,10 @@ class Relay:
 
     def downstream_congested(self) -> PipeWriter | None:
         """A server pipe with more than a bounded backlog (the client's calls wait for it), or None."""
-        return next((writer for writer in self._writers if writer.congested), None)
+        for writer in self._writers:
+            if writer.congested:
+                return writer
+        return None
 
     def _client_congested(self) -> PipeWriter | None:
         return self._client if self._client.congested else None
@@ -242,7 +244,8 @@ class Relay:
             return self._from_server(message, reader)
 
         self._hooked.add(id(reader))
-        self._writers.add(pipes[1])
+        self._writers = [writer for writer in self._writers if not writer.closed]
+        self._writers.append(pipes[1])
         reader.take = from_server
         reader.congested = self._client_congested
         session.on_close(closed)
