@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.world import Worlds, ensure_private_tmp, host_path
 
@@ -28,6 +30,20 @@ def test_each_owner_has_its_own_tmp_made_on_first_use_and_removed_with_its_sessi
     assert a.private_tmp.stat().st_mode & 0o777 == 0o700
     worlds.close(alice)
     assert not a.private_tmp.exists() and worlds.known(alice) is None
+
+
+def test_release_hands_back_only_a_tmp_that_was_made_and_forgets_the_session(tmp_path: Path) -> None:
+    worlds = Worlds(_policy(tmp_path))
+    if not worlds.private:
+        pytest.skip("no private /tmp on this machine (bash gets no PID namespace)")
+    idle, busy, stranger = object(), object(), object()
+    unused, used = worlds.policy_for(idle), worlds.policy_for(busy)
+    ensure_private_tmp(used)
+    assert worlds.release(idle) is None  # never made: nothing to remove, so no worker thread for it
+    assert worlds.release(busy) == used.private_tmp and used.private_tmp is not None
+    assert used.private_tmp.exists()  # the caller removes it, off the event loop
+    assert worlds.known(idle) is None and worlds.known(busy) is None
+    assert worlds.release(stranger) is None and unused.private_tmp is not None and not unused.private_tmp.exists()
 
 
 def test_the_file_tools_see_tmp_in_the_callers_private_tmp(tmp_path: Path) -> None:

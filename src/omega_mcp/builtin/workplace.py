@@ -17,7 +17,7 @@ import anyio
 from omega_mcp.sandbox.paths import remember_hidden
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.tracker import ProtectedTree
-from omega_mcp.sandbox.world import Worlds
+from omega_mcp.sandbox.world import Worlds, remove_tree
 
 __all__ = ["Workplace", "Workplaces"]
 
@@ -76,7 +76,9 @@ class Workplaces:
         """Remove `owner`'s private /tmp in every workplace (bounded cleanup, shielded)."""
         with anyio.CancelScope(shield=True):
             for workplace in self.all():
-                await anyio.to_thread.run_sync(workplace.worlds.close, owner)
+                directory = workplace.worlds.release(owner)
+                if directory is not None:
+                    await anyio.to_thread.run_sync(remove_tree, directory)
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):

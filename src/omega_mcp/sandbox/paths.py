@@ -324,9 +324,11 @@ def remember_hidden(policy: SandboxPolicy) -> None:
         return
     for hidden in policy.hidden:
         if hidden not in _HIDDEN_IDS:
-            with suppress(OSError):
+            try:  # most hidden paths do not exist: a bare try is half the cost of `suppress` per miss
                 st = os.stat(hidden)
-                _HIDDEN_IDS[hidden] = (st.st_dev, st.st_ino)
+            except OSError:
+                continue
+            _HIDDEN_IDS[hidden] = (st.st_dev, st.st_ino)
 
 
 def _hidden_identity(policy: SandboxPolicy, real: Path) -> Path | None:

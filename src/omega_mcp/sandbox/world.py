@@ -141,6 +141,18 @@ class Worlds:
         if known is not None:
             self.discard(known[1])
 
+    def release(self, owner: object | None) -> Path | None:
+        """End `owner`'s private /tmp without blocking: forgotten at once, and the directory returned
+        when there is one to remove (`remove_tree` it, off the event loop); None when the session never
+        made it, which is most sessions of stateless 2026-era HTTP calls (no worker thread for those)."""
+        with self._lock:
+            known = self._policies.pop(id(owner), None)
+        directory = known[1].private_tmp if known is not None and known[0] is owner else None
+        if directory is None:
+            return None
+        zygote_client.forget(directory)  # the bash zygote's session of this /tmp ends too
+        return directory if os.path.lexists(directory) else None
+
     def close_all(self) -> None:
         with self._lock:
             known = list(self._policies.values())
