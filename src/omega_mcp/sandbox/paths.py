@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import errno
 import functools
+import math
 import os
 import stat
+import time
 from collections.abc import Generator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -315,20 +317,27 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
 
 _HIDDEN_IDS: dict[Path, tuple[int, int]] = {}
 """(st_dev, st_ino) of every hidden path seen in this process: still hidden after a rename."""
+_HIDDEN_MISSED: dict[Path, float] = {}
+"""When each hidden path was last found missing (most of the defaults never exist on a machine)."""
+_MISSING_RECHECK_SECONDS = 1.0
 
 
 def remember_hidden(policy: SandboxPolicy) -> None:
-    """Note the identity of every hidden path that exists (at omega's start: the Toolbox calls this),
-    so `read` refuses it after a rename of a directory above it as well."""
+    """Note the identity of every hidden path that exists (at omega's start: the Toolbox calls this,
+    and before each `read`), so `read` refuses it after a rename of a directory above it as well. A
+    hidden path that appears later is noted within a second of appearing (when a `read` comes)."""
     if policy.mode == "rwx":
         return
+    now = time.monotonic()
     for hidden in policy.hidden:
-        if hidden not in _HIDDEN_IDS:
-            try:  # most hidden paths do not exist: a bare try is half the cost of `suppress` per miss
-                st = os.stat(hidden)
-            except OSError:
-                continue
-            _HIDDEN_IDS[hidden] = (st.st_dev, st.st_ino)
+        if hidden in _HIDDEN_IDS or now - _HIDDEN_MISSED.get(hidden, -math.inf) < _MISSING_RECHECK_SECONDS:
+            continue  # a path found missing is looked for again at most once a second, not on every read
+        try:
+            st = os.stat(hidden)
+        except OSError:
+            _HIDDEN_MISSED[hidden] = now
+            continue
+        _HIDDEN_IDS[hidden] = (st.st_dev, st.st_ino)
 
 
 def _hidden_identity(policy: SandboxPolicy, real: Path) -> Path | None:

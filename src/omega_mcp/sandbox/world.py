@@ -13,7 +13,6 @@ it is. Blocking: call from a worker thread.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import secrets
@@ -132,7 +131,7 @@ class Worlds:
             self._swept = True
             self._sweep(root)
         directory = root / f"{os.getpid()}-{secrets.token_hex(6)}"
-        return dataclasses.replace(self.policy, private_tmp=directory)
+        return self.policy.with_private_tmp(directory)
 
     def close(self, owner: object | None) -> None:
         """Remove `owner`'s private /tmp (its session ended)."""

@@ -36,7 +36,15 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.auth import client_of_scope
 from omega_mcp.toolbox import Toolbox
 
-__all__ = ["PROFILE", "ClientProfile", "ClientScope", "Profiles", "client_policy", "session_key"]
+__all__ = [
+    "PROFILE",
+    "ClientProfile",
+    "ClientScope",
+    "Profiles",
+    "client_policy",
+    "input_schema_for_caller",
+    "session_key",
+]
 
 PROFILE: ContextVar[ClientProfile | None] = ContextVar("omega_profile", default=None)
 """The profile of the hub client whose request is being handled (set by `ClientScope`); None: every tool."""
@@ -170,3 +178,16 @@ class ClientScope(ServerMiddleware[Any]):
         finally:
             SESSION.reset(session_token)
             PROFILE.reset(profile_token)
+
+
+def input_schema_for_caller(toolbox: Toolbox, name: str) -> Mapping[str, Any] | None:
+    """The schema the SDK checks a 2026-era call's Mcp-Param-* headers against: a dict lookup, for a
+    tool this caller may call (else None: the SDK skips the check and the call is refused as unknown,
+    so the headers never tell a client about a tool its profile hides). In search mode too: a tool
+    is callable by name whether or not the session has found it yet."""
+    profile = PROFILE.get()
+    if profile is not None:
+        route = toolbox.namespace().resolve(name)
+        if route is None or not profile.permits(route):
+            return None
+    return toolbox.input_schema(name)

@@ -23,6 +23,7 @@ input-required rounds (`bridge.py`). Prompts, resources and subscriptions: `expo
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -60,7 +61,7 @@ from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
-from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles
+from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles, input_schema_for_caller
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.server.tracing import request_spans
 from omega_mcp.toolbox import Toolbox
@@ -130,8 +131,8 @@ class OmegaServer(Server[Any]):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             lifespan=self._lifespan,
-            # The SDK's Mcp-Param-* check looks the schema up here, not in a tools/list per call (not in search mode).
-            get_tool_input_schema=toolbox.input_schema if tool_search is None else None,
+            # The SDK's Mcp-Param-* check looks the schema up here, not in a tools/list per call.
+            get_tool_input_schema=functools.partial(input_schema_for_caller, toolbox),
             **extra,
         )
         self._following = False
