@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -63,3 +64,22 @@ def test_the_directories_of_a_dead_omega_are_removed_at_the_next_start(tmp_path:
     (root / f"{os.getpid()}-mine").mkdir()
     Worlds(_policy(tmp_path)).fresh()
     assert sorted(p.name for p in root.iterdir()) == [f"{os.getpid()}-mine"]
+
+
+def test_a_fresh_policy_is_what_replacing_its_private_tmp_gives(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    base = SandboxPolicy(
+        mode="sandbox",
+        home=tmp_path / "home",
+        workspace=tmp_path / "ws",
+        tmp_dir=Path("/tmp"),
+        write_roots=(tmp_path / "link",),
+    )
+    directory = tmp_path / "home" / "tmp" / "1-abc"
+    fresh = base.with_private_tmp(directory)
+    replaced = dataclasses.replace(base, private_tmp=directory)
+    assert fresh == replaced and dict(fresh.pinned_roots) == dict(replaced.pinned_roots)
+    assert fresh.pinned_roots[tmp_path / "link"] == tmp_path / "real"
+    assert base.private_tmp is None and base.pinned_roots[Path("/tmp")] == Path(os.path.realpath("/tmp"))

@@ -272,3 +272,30 @@ async def test_a_hub_clients_search_finds_only_the_tools_its_profile_permits(rwx
     assert "mcp__down__reverse_words" in everyone
     assert "mcp__down__reverse_words" not in permitted and "mcp__down__reverse_lines" in permitted
     assert picked == []
+
+
+async def test_the_mcp_param_schema_lookup_answers_only_for_tools_the_callers_profile_permits(
+    rwx_policy: SandboxPolicy,
+):
+    from omega_mcp.config import ClientConfig
+    from omega_mcp.server.profiles import PROFILE, ClientProfile, input_schema_for_caller
+
+    tools = [echo_tool("reverse_words"), echo_tool("reverse_lines")]
+    token = "client-token-0123456789abcdef"
+    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), None)
+    async with search_hub(rwx_policy, {"down": downstream(tools=tools)}) as (_, toolbox, server):
+        assert server.tool_search is not None  # search mode: the SDK used to run tools/list per call
+        assert server.get_tool_input_schema is not None
+        everyone = server.get_tool_input_schema("mcp__down__reverse_words")
+        entered = PROFILE.set(profile)
+        try:
+            hidden = input_schema_for_caller(toolbox, "mcp__down__reverse_words")
+            permitted = input_schema_for_caller(toolbox, "mcp__down__reverse_lines")
+        finally:
+            PROFILE.reset(entered)
+        words, lines = (
+            toolbox.input_schema("mcp__down__reverse_words"),
+            toolbox.input_schema("mcp__down__reverse_lines"),
+        )
+    assert words is not None and lines is not None
+    assert everyone == words and hidden is None and permitted == lines
