@@ -317,20 +317,17 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
 
 _HIDDEN_IDS: dict[Path, tuple[int, int]] = {}
 """(st_dev, st_ino) of every hidden path seen in this process: still hidden after a rename."""
-_HIDDEN_MISSED: dict[Path, float] = {}
-"""When each hidden path was last found missing (most of the defaults never exist on a machine)."""
-_MISSING_RECHECK_SECONDS = 1.0
+_HIDDEN_MISSED: dict[Path, float] = {}  # when each hidden path was last found missing (most defaults never exist)
 
 
 def remember_hidden(policy: SandboxPolicy) -> None:
-    """Note the identity of every hidden path that exists (at omega's start: the Toolbox calls this,
-    and before each `read`), so `read` refuses it after a rename of a directory above it as well. A
-    hidden path that appears later is noted within a second of appearing (when a `read` comes)."""
+    """Note the identity of every hidden path that exists (at start and before each `read`), so `read`
+    refuses it after a rename of a directory above it too; one that appears later, within a second."""
     if policy.mode == "rwx":
         return
     now = time.monotonic()
     for hidden in policy.hidden:
-        if hidden in _HIDDEN_IDS or now - _HIDDEN_MISSED.get(hidden, -math.inf) < _MISSING_RECHECK_SECONDS:
+        if hidden in _HIDDEN_IDS or now - _HIDDEN_MISSED.get(hidden, -math.inf) < 1.0:
             continue  # a path found missing is looked for again at most once a second, not on every read
         try:
             st = os.stat(hidden)
