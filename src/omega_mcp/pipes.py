@@ -30,7 +30,6 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -42,7 +41,7 @@ from pydantic import ValidationError
 from omega_mcp.jsonline import decode, encode_line
 from omega_mcp.narrow import object_or_none
 from omega_mcp.oversize import HEAD, TAIL, Oversize, limit_text
-from omega_mcp.pipewriter import PipeWriter
+from omega_mcp.pipewriter import Closing, PipeWriter
 from omega_mcp.readiness import Watch
 
 __all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
@@ -65,13 +64,10 @@ class _Decoded:
     message: object
 
 
-class MessageReadStream:
+class MessageReadStream(Closing):
     """The iteration and context-manager protocol of an SDK read stream, over `receive`/`aclose`."""
 
     async def receive(self) -> SessionMessage | Exception:
-        raise NotImplementedError
-
-    async def aclose(self) -> None:
         raise NotImplementedError
 
     def __aiter__(self) -> Self:
@@ -82,15 +78,6 @@ class MessageReadStream:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 class PipeReader(MessageReadStream):
@@ -194,8 +181,7 @@ class PipeReader(MessageReadStream):
                 decoded = decode(line)
             except ValueError:
                 return  # receive() reports it
-            message = object_or_none(decoded)
-            if message is None or not self._taken(take, message):
+            if not self._taken(take, decoded):
                 lines[0] = _Decoded(decoded)
                 return
             lines.popleft()
@@ -205,13 +191,18 @@ class PipeReader(MessageReadStream):
 
     def _settle(self) -> None:
         """Watch the pipe only while the buffer is empty; wake a parked `receive()` when it is not."""
-        done = self._eof or self._closed
-        if self._watch is not None and (self._lines or done):
+        if not (self._lines or self._eof or self._closed):
+            return
+        if self._watch is not None:
             self._watch.stop()
-        if (self._lines or done) and self._waiting is not None:
+        if self._waiting is not None:
             self._waiting.set()
 
-    def _taken(self, take: Take, message: dict[str, Any]) -> bool:
+    def _taken(self, take: Take, decoded: object) -> bool:
+        """Whether `take` took the decoded line (only a JSON object is offered to it)."""
+        message = object_or_none(decoded)
+        if message is None:
+            return False
         try:
             return take(message)
         except Exception:  # boundary: a hook bug must not end the connection; the SDK path takes over
@@ -276,8 +267,7 @@ class PipeReader(MessageReadStream):
         if take is None:
             return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
         decoded: object = decode(line)
-        message = object_or_none(decoded)
-        if message is not None and self._taken(take, message):
+        if self._taken(take, decoded):
             return None
         return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
 

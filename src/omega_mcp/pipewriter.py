@@ -19,14 +19,31 @@ from mcp.shared.message import SessionMessage
 
 from omega_mcp.readiness import Watch
 
-__all__ = ["PipeWriter"]
+__all__ = ["Closing", "PipeWriter"]
 
 logger = logging.getLogger(__name__)
 
 _HIGH_WATER = 1 << 20  # bytes queued behind a full pipe before senders wait
 
 
-class PipeWriter:
+class Closing:
+    """`async with` over `aclose()`: the context-manager half of the SDK's stream protocols, shared by
+    the writer here and the read streams (`pipes.MessageReadStream`)."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class PipeWriter(Closing):
     """Newline-delimited JSON-RPC messages to a non-blocking descriptor (not closed by us)."""
 
     def __init__(self, fd: int, *, label: str = "") -> None:
@@ -122,12 +139,3 @@ class PipeWriter:
     async def aclose(self) -> None:
         self._closed = True
         self.detach()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
-    ) -> bool | None:
-        await self.aclose()
-        return None
