@@ -100,7 +100,10 @@ class SandboxPolicy:
 
     def __post_init__(self) -> None:
         roots = dict.fromkeys((*self.file_write_roots, *self.bash_write_roots))
-        pinned = {root: Path(os.path.realpath(root)) for root in roots}
+        self._pin({root: Path(os.path.realpath(root)) for root in roots})
+
+    def _pin(self, pinned: dict[Path, Path]) -> None:
+        """Set `pinned_roots` to `pinned`, with the tmp dir standing for the private /tmp when there is one."""
         if self.private_tmp is not None and self.tmp_dir in pinned:
             pinned[self.tmp_dir] = Path(os.path.realpath(self.private_tmp))
         object.__setattr__(self, "pinned_roots", pinned)
@@ -111,10 +114,7 @@ class SandboxPolicy:
         2026-era HTTP call spent more time there than in the call)."""
         policy = copy.copy(self)
         object.__setattr__(policy, "private_tmp", directory)
-        pinned = dict(self.pinned_roots)
-        if self.tmp_dir in pinned:
-            pinned[self.tmp_dir] = Path(os.path.realpath(directory))
-        object.__setattr__(policy, "pinned_roots", pinned)
+        policy._pin(dict(self.pinned_roots))
         return policy
 
     @classmethod

@@ -134,19 +134,21 @@ class Worlds:
         return self.policy.with_private_tmp(directory)
 
     def close(self, owner: object | None) -> None:
-        """Remove `owner`'s private /tmp (its session ended)."""
-        with self._lock:
-            known = self._policies.pop(id(owner), None)
-        if known is not None:
-            self.discard(known[1])
+        """Remove `owner`'s private /tmp (its session ended), blocking: `release` off the event loop."""
+        directory = self.release(owner)
+        if directory is not None:
+            remove_tree(directory)
 
     def release(self, owner: object | None) -> Path | None:
         """End `owner`'s private /tmp without blocking: forgotten at once, and the directory returned
         when there is one to remove (`remove_tree` it, off the event loop); None when the session never
         made it, which is most sessions of stateless 2026-era HTTP calls (no worker thread for those)."""
         with self._lock:
-            known = self._policies.pop(id(owner), None)
-        directory = known[1].private_tmp if known is not None and known[0] is owner else None
+            known = self._policies.get(id(owner))
+            if known is None or known[0] is not owner:
+                return None
+            del self._policies[id(owner)]
+        directory = known[1].private_tmp
         if directory is None:
             return None
         zygote_client.forget(directory)  # the bash zygote's session of this /tmp ends too
