@@ -74,6 +74,20 @@ def options_from(args: Any) -> Options:
     return Options(calls=args.calls, omega_src=args.omega_src, before_src=args.before_src, quick=args.quick)
 
 
+def section_main(section: Callable[[Options], Section], doc: str | None, *, calls: int, what: str) -> None:
+    """A section module run alone: its options (`--calls`, default `calls` `what`), then its markdown or JSON."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=calls, help=f"sequential calls per {what} (default {calls})")
+    add_options(parser)
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")
+    result = section(options_from(args))
+    print(json.dumps(result.data, indent=2) if args.json else result.markdown)
+
+
 def with_pid_file(command: Sequence[str], pid_file: Path) -> list[str]:
     """`command` through `sh -c 'echo $$ > PID_FILE; exec ...'`: the process keeps that pid, so it can be watched."""
     return ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pid_file), *command]

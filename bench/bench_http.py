@@ -17,9 +17,6 @@ servers in turns, median of the runs.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -35,14 +32,13 @@ from _support import (
     PYTHON,
     Options,
     Section,
-    add_options,
     free_port,
     load_average,
     omega_env,
-    options_from,
     paired_latency,
     paired_ratio,
     percentile,
+    section_main,
     stop,
     wait_listening,
 )
@@ -174,13 +170,7 @@ def section(options: Options) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=500, help="sequential calls per server (default 500)")
-    add_options(parser)
-    args = parser.parse_args()
-    os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    result = section(options_from(args))
-    print(json.dumps(result.data, indent=2) if args.json else result.markdown)
+    section_main(section, __doc__, calls=500, what="server")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ start is counted), against the floor of spawning the same 8 servers directly and
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -43,17 +42,16 @@ from _support import (
     PYTHON,
     Options,
     Section,
-    add_options,
     cpu_seconds,
     free_port,
     load_average,
     memory_mb,
     omega_env,
-    options_from,
     paired_latency,
     paired_ratio,
     percentile,
     read_pid,
+    section_main,
     stop,
     wait_listening,
     with_pid_file,
@@ -368,13 +366,7 @@ def section(options: Options) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=1000, help="sequential calls per path (default 1000)")
-    add_options(parser)
-    args = parser.parse_args()
-    os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    result = section(options_from(args))
-    print(json.dumps(result.data, indent=2) if args.json else result.markdown)
+    section_main(section, __doc__, calls=1000, what="path")
 
 
 if __name__ == "__main__":
