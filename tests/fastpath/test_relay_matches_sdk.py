@@ -11,26 +11,21 @@ fixture's log shows which calls the relay actually took.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
-from mcp.shared.exceptions import MCPError
 
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import OmegaServer, build_server
-from omega_mcp.server.stdio import serve_streams
 from omega_mcp.toolbox import Toolbox
+from relay_support import outcome, pipe_client
 
 ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
 
@@ -45,57 +40,6 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("mcp__fx__nope", {}),  # unknown: a JSON-RPC error
     ("read", {"file_path": "missing.txt"}),  # a built-in: never relayed
 ]
-
-
-@asynccontextmanager
-async def _pipe_client(
-    server: OmegaServer, *, relay: bool, mode: str = "legacy", **callbacks: Any
-) -> AsyncIterator[mcp.Client]:
-    """An SDK client (`legacy`: handshake era, `auto`: 2026-07-28) talking to `server` over two real pipes."""
-    to_server_r, to_server_w = os.pipe()
-    to_client_r, to_client_w = os.pipe()
-    open_fds = {to_server_r, to_server_w, to_client_r, to_client_w}
-    served = anyio.Event()
-
-    async def serve() -> None:
-        await serve_streams(server, PipeReader(to_server_r), PipeWriter(to_client_w), relay=relay)
-        served.set()
-
-    @asynccontextmanager
-    async def transport() -> AsyncIterator[tuple[PipeReader, PipeWriter]]:
-        yield PipeReader(to_client_r), PipeWriter(to_server_w)
-
-    try:
-        async with anyio.create_task_group() as task_group:
-            task_group.start_soon(serve)
-            async with mcp.Client(transport(), mode=mode, **callbacks) as client:  # pyright: ignore[reportArgumentType]
-                yield client
-            os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
-            open_fds.discard(to_server_w)
-            with anyio.fail_after(10):
-                await served.wait()
-    finally:
-        for fd in open_fds:
-            os.close(fd)
-
-
-async def _outcome(
-    client: mcp.Client, name: str, arguments: dict[str, Any], *, envelope: bool = False
-) -> dict[str, Any]:
-    updates: list[tuple[float, float | None, str | None]] = []
-
-    async def progress(progress: float, total: float | None, message: str | None) -> None:
-        updates.append((progress, total, message))
-
-    try:
-        result = await client.call_tool(name, arguments, progress_callback=progress)
-    except MCPError as exc:
-        return {"error": exc.message, "code": exc.code}
-    dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if not envelope:
-        dumped.pop("_meta", None)
-        dumped.pop("resultType", None)  # the 2026 envelope's own field
-    return {"result": dumped, "progress": updates}
 
 
 def _received(log: Path) -> list[dict[str, Any]]:
@@ -116,17 +60,17 @@ async def test_every_call_has_the_same_outcome_through_the_relay_and_the_sdk_pat
 ) -> None:
     server, log = omega
     async with mcp.Client(server, mode="auto") as reference:
-        expected = [await _outcome(reference, name, args) for name, args in CALLS]
+        expected = [await outcome(reference, name, args) for name, args in CALLS]
     sdk_calls = len([m for m in _received(log) if m.get("method") == "tools/call"])
 
     async with mcp.Client(server, mode="auto") as reference:
-        enveloped = [await _outcome(reference, name, args, envelope=True) for name, args in CALLS]
+        enveloped = [await outcome(reference, name, args, envelope=True) for name, args in CALLS]
 
     for relay in (False, True):
         for mode in ("legacy", "auto"):
             before = len(_received(log))
-            async with _pipe_client(server, relay=relay, mode=mode) as client:
-                got = [await _outcome(client, name, args, envelope=mode == "auto") for name, args in CALLS]
+            async with pipe_client(server, relay=relay, mode=mode) as client:
+                got = [await outcome(client, name, args, envelope=mode == "auto") for name, args in CALLS]
             assert got == (enveloped if mode == "auto" else expected), f"relay={relay} mode={mode}"
             ids = [str(m["id"]) for m in _received(log)[before:] if m.get("method") == "tools/call"]
             assert len(ids) == sdk_calls
@@ -141,12 +85,12 @@ async def test_every_call_has_the_same_outcome_through_the_relay_and_the_sdk_pat
 async def test_progress_is_the_same_through_the_relay_and_the_sdk_path(omega: tuple[OmegaServer, Path]) -> None:
     server, _ = omega
     async with mcp.Client(server, mode="auto") as reference:
-        expected = await _outcome(reference, "mcp__fx__progress", {})
+        expected = await outcome(reference, "mcp__fx__progress", {})
     assert expected["progress"], "the fixture reports progress to a caller that asks for it"
     for relay in (False, True):
         for mode in ("legacy", "auto"):
-            async with _pipe_client(server, relay=relay, mode=mode) as client:
-                assert await _outcome(client, "mcp__fx__progress", {}) == expected, f"relay={relay} mode={mode}"
+            async with pipe_client(server, relay=relay, mode=mode) as client:
+                assert await outcome(client, "mcp__fx__progress", {}) == expected, f"relay={relay} mode={mode}"
 
 
 MODERN_SERVER = Path(__file__).parents[1] / "fixtures" / "modern_server.py"
@@ -178,10 +122,10 @@ async def test_with_a_2026_era_server_the_relay_and_the_sdk_path_agree(policy: S
             outcomes: dict[bool, list[dict[str, Any]]] = {}
             relayed: dict[bool, str] = {}
             for relay in (False, True):
-                async with _pipe_client(server, relay=relay, mode=mode, elicitation_callback=_answer) as client:
+                async with pipe_client(server, relay=relay, mode=mode, elicitation_callback=_answer) as client:
                     envelope = mode == "auto"
                     outcomes[relay] = [
-                        await _outcome(client, name, args, envelope=envelope) for name, args in MODERN_CALLS
+                        await outcome(client, name, args, envelope=envelope) for name, args in MODERN_CALLS
                     ]
                     relayed[relay] = (await client.call_tool("mcp__m__request_id", {})).content[0].text  # type: ignore[union-attr]
             assert outcomes[True] == outcomes[False], f"mode={mode}"

@@ -34,15 +34,17 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+import h11
 
 from omega_mcp.errors import InvalidArgumentsError
+from omega_mcp.fastpath.envelope import RESERVED_META, VERSION_KEY, askable, enveloped, log_level_of
 from omega_mcp.jsonline import encode_line
 from omega_mcp.loglevels import allows
 from omega_mcp.narrow import as_object, object_or_none
 from omega_mcp.oversize import is_too_large
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
+from omega_mcp.proxy.http_lane import Lane, Refusal, TooLong
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import checked_wire, error_wire, invalid_result, modern_complete
@@ -54,32 +56,6 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "omega-relay-"
 _GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
-_RESERVED_META = "io.modelcontextprotocol/"
-_VERSION_KEY = f"{_RESERVED_META}protocolVersion"
-_ENVELOPE_KEYS = (f"{_RESERVED_META}clientInfo", f"{_RESERVED_META}clientCapabilities")
-_LOG_LEVEL_KEY = f"{_RESERVED_META}logLevel"
-
-
-def _enveloped(params: dict[str, Any]) -> bool:
-    """Whether `params` carry a complete 2026-era envelope of a version the SDK serves."""
-    meta = object_or_none(params.get("_meta"))
-    if meta is None or meta.get(_VERSION_KEY) not in MODERN_PROTOCOL_VERSIONS:
-        return False
-    return all(object_or_none(meta.get(key)) is not None for key in _ENVELOPE_KEYS)
-
-
-def _askable(params: dict[str, Any]) -> bool:
-    """Whether a 2026-era call needs the bridge before a handshake-era server: its client can be asked
-    something (sampling, elicitation, roots), or it is the retry of an input-required round."""
-    if params.get("requestState") is not None or params.get("inputResponses") is not None:
-        return True
-    capabilities = object_or_none(as_object(params.get("_meta")).get(_ENVELOPE_KEYS[1])) or {}
-    return any(capabilities.get(kind) is not None for kind in ("sampling", "elicitation", "roots"))
-
-
-def _level(params: dict[str, Any]) -> str | None:
-    level = as_object(params.get("_meta")).get(_LOG_LEVEL_KEY)
-    return level if isinstance(level, str) else None
 
 
 @dataclass(slots=True)
@@ -89,7 +65,11 @@ class _Call:
     tool_name: str
     session: DownstreamSession
     timeout: float
-    pipes: tuple[PipeReader, PipeWriter]
+    pipes: tuple[PipeReader, PipeWriter] | None
+    """A stdio server's pipes; None: an HTTP server's `lane`, one POST per call."""
+    lane: Lane | None = None
+    scope: anyio.CancelScope | None = None
+    """The POST's (an HTTP call): cancelled, it closes the connection (the 2026 era's cancel)."""
     client_token: Any = None
     modern: bool = False
     """A 2026-era client's call."""
@@ -100,6 +80,11 @@ class _Call:
     @property
     def limit(self) -> int:
         return self.session.spec.max_message_bytes
+
+    @property
+    def source(self) -> PipeReader | Lane | None:
+        """Where its answer comes from (a server's log message there is this call's too)."""
+        return self.pipes[0] if self.pipes is not None else self.lane
 
 
 class Relay:
@@ -146,7 +131,7 @@ class Relay:
             if self._ready:
                 return self._call(message)
             params = object_or_none(message.get("params"))
-            return not self._handshake and params is not None and _enveloped(params) and self._call(message, True)
+            return not self._handshake and params is not None and enveloped(params) and self._call(message, True)
         if method == "notifications/cancelled":
             return self._client_cancelled(message)
         if method == "initialize":
@@ -171,8 +156,9 @@ class Relay:
             return False
         session, timeout = target
         pipes = session.pipes_for(modern)
+        lane = session.lane_for(modern) if pipes is None else None
         passed = modern and session.era == "modern"  # 2026 to 2026: everything passes as it is
-        if pipes is None or (modern and not passed and _askable(params)):
+        if (pipes is None and lane is None) or (modern and not passed and askable(params)):
             return False
         try:
             self._toolbox.check_arguments(route, arguments or {})
@@ -180,33 +166,51 @@ class Relay:
             return False  # the SDK path words the same error
         relay_id = f"{_PREFIX}{next(self._ids)}"
         forwarded = {**params, "name": route.tool_name}
-        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout, pipes, modern=modern)
-        call.passed, call.log_level = passed, _level(params) if modern else None
+        call = _Call(client_id, session.spec.server_name, route.tool_name, session, timeout, pipes, lane, modern=modern)
+        call.passed, call.log_level = passed, log_level_of(params) if modern else None
         meta = object_or_none(params.get("_meta"))
         if modern and not passed and meta is not None:  # the envelope is for omega; the server speaks the handshake era
-            meta = {k: v for k, v in meta.items() if not k.startswith(_RESERVED_META)}
+            meta = {k: v for k, v in meta.items() if not k.startswith(RESERVED_META)}
             forwarded["_meta"] = meta
         if meta is not None and "progressToken" in meta:
             call.client_token = meta["progressToken"]
             forwarded["_meta"] = {**meta, "progressToken": relay_id}  # our own id is a unique token downstream
         self._calls[relay_id] = call
         self._by_client[client_id] = relay_id
+        request = {"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded}
+        if lane is not None:
+            self._watch(session, lane)
+            version = meta.get(VERSION_KEY) if passed and meta is not None else None
+            headers = lane.headers("tools/call", forwarded, version if isinstance(version, str) else None)
+            self._task_group.start_soon(self._post, relay_id, call, lane, encode_line(request), headers)
+        else:
+            self._send(relay_id, call, session, pipes, request)
+        self._arm(relay_id, timeout)
+        return True
+
+    def _send(
+        self,
+        relay_id: str,
+        call: _Call,
+        session: DownstreamSession,
+        pipes: tuple[PipeReader, PipeWriter] | None,
+        request: dict[str, Any],
+    ) -> None:
+        assert pipes is not None
         self._hook(session, pipes)
         try:
-            pipes[1].send_nowait(
-                encode_line({"jsonrpc": "2.0", "id": relay_id, "method": "tools/call", "params": forwarded})
-            )
+            pipes[1].send_nowait(encode_line(request))
         except _GONE:
             why = session.stopped_because()
             if pipes is session.pipes:
                 session.lose(why or "the server closed the connection")
             self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
-            return True
+
+    def _arm(self, relay_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         if not self._deadlines or deadline < self._deadlines[0][0]:
             self._rearm.set()
         heapq.heappush(self._deadlines, (deadline, relay_id))
-        return True
 
     def _client_cancelled(self, message: dict[str, Any]) -> bool:
         params = object_or_none(message.get("params"))
@@ -250,7 +254,43 @@ class Relay:
         reader.congested = self._client_congested
         session.on_close(closed)
 
-    def _from_server(self, message: dict[str, Any], reader: PipeReader) -> bool:
+    def _watch(self, session: DownstreamSession, lane: Lane) -> None:
+        """Fail a lane's calls when its link closes (once per lane)."""
+        if id(lane) not in self._hooked:
+            self._hooked.add(id(lane))
+            session.on_close(lambda: self._fail_session(session))
+
+    async def _post(self, relay_id: str, call: _Call, lane: Lane, body: bytes, headers: list[tuple[str, str]]) -> None:
+        """One relayed call to an HTTP server: its POST, and the messages of the answer as they come."""
+
+        def deliver(message: dict[str, Any]) -> bool | None:
+            if not self._from_server(message, lane):
+                return None
+            return message.get("id") == relay_id and "method" not in message
+
+        server, tool = call.server_name, call.tool_name
+        with anyio.CancelScope() as call.scope:
+            try:
+                if await lane.exchange(body, headers, deliver):
+                    return
+            except Refusal as refusal:  # as the SDK's transport: a JSON-RPC error, as it is
+                self._finish(relay_id, refusal.error, failed=True)
+                return
+            except TooLong:
+                self._finish(relay_id, error_wire(too_long(server, tool, call.limit)))
+                return
+            except (*_GONE, anyio.EndOfStream, OSError, TimeoutError, ValueError, h11.ProtocolError) as exc:
+                # as forward_call: a transport failure, the connection is no longer trustworthy
+                if relay_id in self._calls:
+                    call.session.lose(f"{type(exc).__name__}: {exc}")
+                    failed = f"server {server} failed during the call to {tool}: {type(exc).__name__}: {exc}"
+                    self._finish(relay_id, error_wire(failed))
+                return
+        if relay_id in self._calls:  # the stream ended with no answer: as the SDK path, the server went away
+            call.session.lose("the server closed the connection")
+            self._finish(relay_id, error_wire(went_away(server, tool, remote=True)))
+
+    def _from_server(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
         request_id = message.get("id")
         if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
             call = self._calls.get(request_id)
@@ -297,11 +337,11 @@ class Relay:
             )
         return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
 
-    def _log(self, message: dict[str, Any], reader: PipeReader) -> bool:
+    def _log(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
         """A server's log message while relayed calls run there: the client's, at the level it asked for."""
         params = as_object(message.get("params"))
         level = params.get("level")
-        running = [c for c in self._calls.values() if c.pipes[0] is reader]
+        running = [c for c in self._calls.values() if c.source is reader]
         if not running or not isinstance(level, str):
             return False  # outside relayed calls: the SDK path routes it
         thresholds = [c.log_level if c.modern else self._log_level() for c in running]
@@ -313,10 +353,15 @@ class Relay:
         """A link of `session` closed: its calls in flight fail (those on a link still open carry on)."""
         for relay_id, call in list(self._calls.items()):
             if call.session is session and (
-                session.closed.is_set() or session.pipes_for(call.modern) is not call.pipes
+                session.closed.is_set()
+                or (call.pipes is not None and session.pipes_for(call.modern) is not call.pipes)
+                or (call.lane is not None and session.lane_for(call.modern) is not call.lane)
             ):
                 why = session.stopped_because()
-                self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
+                if call.scope is not None:
+                    call.scope.cancel()
+                remote = call.lane is not None
+                self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, remote=remote, why=why)))
 
     # -- answers and timeouts ----------------------------------------------------------------
 
@@ -344,14 +389,22 @@ class Relay:
             logger.debug("client gone; dropped %s", message.get("method") or "a result")
 
     def _cancel_downstream(self, call: _Call, relay_id: str, reason: str) -> None:
-        pipes = call.pipes
+        """Tell the server a call is off: over a pipe or (handshake era) HTTP a cancel notification;
+        over HTTP its POST's connection is closed as well, which is all the 2026 era's cancel is."""
         cancel = {
             "jsonrpc": "2.0",
             "method": "notifications/cancelled",
             "params": {"requestId": relay_id, "reason": reason},
         }
+        if call.scope is not None:
+            call.scope.cancel()
+        if call.lane is not None:
+            if not call.lane.modern:
+                self._task_group.start_soon(call.lane.notify, cancel, encode_line(cancel))
+            return
         try:
-            pipes[1].send_nowait(encode_line(cancel))
+            assert call.pipes is not None
+            call.pipes[1].send_nowait(encode_line(cancel))
         except _GONE:
             pass
 

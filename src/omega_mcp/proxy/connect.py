@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -28,11 +29,12 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 
-from omega_mcp._sdk import Streams
+from omega_mcp._sdk import Streams, param_headers
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.bounds import bound_json
 from omega_mcp.proxy.client_requests import ServerRequests
 from omega_mcp.proxy.eras import Era, EraChoice, HandshakeChannel, negotiate, settle_early
+from omega_mcp.proxy.http_lane import Lane, lane_for, with_inbox
 from omega_mcp.proxy.modern import ModernChannel
 from omega_mcp.proxy.oauth import auth_failure, http_auth
 from omega_mcp.proxy.spawn import EARLY_IDS, EarlyStarts
@@ -61,6 +63,8 @@ class Link:
     does not say whether it also speaks the handshake era: SDK servers list only their 2026 versions)."""
     stdio: StdioTransport | None = None
     pipes: tuple[PipeReader, PipeWriter] | None = None
+    lane: Lane | None = None
+    """The relay's own POSTs to a streamable HTTP server (proxy/http_lane.py), when it can make them."""
 
     @property
     def capabilities(self) -> types.ServerCapabilities:
@@ -148,22 +152,32 @@ async def _open_url(
     auth = http_auth(spec.oauth) if spec.oauth is not None else None
     limit = spec.max_message_bytes
     refused: list[str] = []
+    lanes: dict[int, Lane] = {}
 
     async def note_refusal(response: httpx2.Response) -> None:
         if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
             refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
         bound_json(response, limit)
+        for lane in lanes.values():
+            lane.note_response(response)
 
     def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+        lane = lane_for(url, headers, oauth=auth is not None, max_message_bytes=limit)
+        hooks: dict[str, list[Callable[..., Any]]] = {"response": [note_refusal]}
+        if lane is not None:
+            lanes[id(stack)] = lane
+
+            async def note_request(request: httpx2.Request) -> None:
+                lane.note_request(request)
+
+            hooks["request"] = [note_request]
         # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
         client = httpx2.AsyncClient(
-            headers=headers,
-            auth=auth,
-            timeout=httpx2.Timeout(30.0, read=300.0),
-            event_hooks={"response": [note_refusal]},
+            headers=headers, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0), event_hooks=hooks
         )
         stack.push_async_callback(client.aclose)
-        return streamable_http_client(url, http_client=client, max_sse_event_size=limit)
+        transport = streamable_http_client(url, http_client=client, max_sse_event_size=limit)
+        return transport if lane is None else with_inbox(transport, lane)
 
     def sse(_: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
         return sse_client(url, headers=headers, auth=auth)
@@ -187,6 +201,12 @@ async def _open_url(
                     on_eof=on_eof,
                 )
                 stack.push_async_exit(attempt.pop_all())
+                if (lane := lanes.get(id(attempt))) is not None:
+                    lane.modern = link.era == "modern"
+                    if (result := link.session.initialize_result) is not None and not lane.modern:
+                        lane.protocol_version = lane.protocol_version or result.protocol_version
+                    lane.param_headers = partial(param_headers, link.session)
+                    link.lane = lane
                 return link
         except Exception as exc:  # the other transport may still work; report the first failure
             logger.debug("[%s] %s transport failed: %r", spec.server_name, make.__name__, exc)

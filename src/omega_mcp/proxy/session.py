@@ -37,6 +37,7 @@ from omega_mcp.proxy.bounds import too_large
 from omega_mcp.proxy.client_requests import CALLER, Caller, ServerRequests
 from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link
 from omega_mcp.proxy.eras import Era, HandshakeChannel, modern_envelope
+from omega_mcp.proxy.http_lane import Lane
 from omega_mcp.proxy.listing import list_catalog, list_prompts, list_resources
 from omega_mcp.proxy.listing import list_tools as list_raw_tools
 from omega_mcp.proxy.modern import Envelope, ModernChannel
@@ -150,14 +151,20 @@ class DownstreamSession(AsyncContextManagerMixin):
         """The primary link's raw pipes (a stdio server), or None."""
         return self._link.pipes if self._link is not None else None
 
+    def _link_for(self, modern: bool) -> Link | None:
+        """The link a client of that era's `tools/call` goes to now (None: not open)."""
+        link = self._link
+        if link is not None and link.era == "modern" and not modern and link.handshake_too:
+            return self._second
+        return link
+
     def pipes_for(self, modern: bool) -> tuple[PipeReader, PipeWriter] | None:
         """The raw pipes a client of that era's `tools/call` goes to now (None: not a stdio link, or not open)."""
-        link = self._link
-        if link is None:
-            return None
-        if link.era == "modern" and not modern and link.handshake_too:
-            return self._second.pipes if self._second is not None else None
-        return link.pipes
+        return link.pipes if (link := self._link_for(modern)) is not None else None
+
+    def lane_for(self, modern: bool) -> Lane | None:
+        """The relay's HTTP lane a client of that era's `tools/call` goes to now (None: not one, or not open)."""
+        return link.lane if (link := self._link_for(modern)) is not None else None
 
     # -- failures ----------------------------------------------------------------------------
 

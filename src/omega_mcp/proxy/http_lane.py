@@ -1,0 +1,275 @@
+"""The relay's own way to a streamable HTTP server: a POST per `tools/call`, beside the SDK's transport.
+
+A `Lane` belongs to one streamable HTTP link (`connect.py` makes it when the relay can speak to the
+server: plain `http://`, no OAuth, no proxy in the environment). It sends what the SDK's transport
+would send for the same call: the link's static headers, the session id and negotiated version the
+SDK's own requests carry (handshake era: `note_request` reads them off the SDK's requests), or the
+2026 routing headers (`MCP-Protocol-Version` of the call's envelope, `Mcp-Method`, `Mcp-Name`, and
+the `Mcp-Param-*` mirrors the SDK session derives from the tool's schema). The answer, a JSON body
+or a server-sent event stream, is read message by message (each bounded by `max_message_mb`) and
+handed to the relay; what the relay does not take (a server's request to the client, a notification
+about something else) goes into the SDK session's own read stream (`inbox`), which answers it as if
+its transport had read it.
+
+A status the SDK's transport turns into a JSON-RPC error is turned into the same error here
+(`Refusal`: the same codes and words), so a relayed call fails as the SDK path fails it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import types
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
+from mcp.shared.message import SessionMessage
+
+from omega_mcp._sdk import Streams
+from omega_mcp.http1 import Http1Pool, Response, plain_http
+from omega_mcp.jsonline import decode
+
+__all__ = ["Lane", "Refusal", "TooLong", "lane_for", "with_inbox"]
+
+logger = logging.getLogger(__name__)
+
+_SESSION_HEADER = "mcp-session-id"
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+_AFTER_ANSWER_SECONDS = 1.0  # reading the rest of an answered stream, to keep its connection
+
+
+class Refusal(Exception):
+    """An HTTP answer that is no answer to the call, as the JSON-RPC error the SDK's transport makes of it."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.error: dict[str, Any] = {"code": code, "message": message, **({"data": data} if data is not None else {})}
+
+
+class TooLong(Exception):
+    """One message of an answer is longer than the link's `max_message_mb`."""
+
+
+Deliver = Callable[[dict[str, Any]], bool | None]
+"""Offered each message of an answer: True for the call's answer, False for another it took, None for one
+it leaves (to the SDK session: `inbox`). After the answer the rest is read only to keep the connection."""
+
+
+class Lane:
+    """POSTs of relayed calls to one streamable HTTP link."""
+
+    def __init__(self, url: str, headers: Mapping[str, str], max_message_bytes: int) -> None:
+        self.pool = Http1Pool(url)
+        self._static = [(name.lower(), value) for name, value in headers.items()]
+        self._max = max_message_bytes
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.modern = False
+        """A 2026-era link: routing headers per call, no session."""
+        self.param_headers: Callable[[str, Mapping[str, Any]], dict[str, str]] = lambda name, arguments: {}
+        self._inbox: MemoryObjectSendStream[SessionMessage | Exception] | None = None
+
+    def note_request(self, request: httpx2.Request) -> None:
+        """The SDK's own requests carry the session's id and version: the relay's POSTs send the same."""
+        session_id = request.headers.get(_SESSION_HEADER)
+        if session_id:
+            self.session_id = session_id
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if version and not self.modern:
+            self.protocol_version = version
+
+    def note_response(self, response: httpx2.Response) -> None:
+        """The session id comes first in the answer to `initialize`, before the SDK sends it."""
+        session_id = response.headers.get(_SESSION_HEADER)
+        if session_id:
+            self.session_id = session_id
+
+    def headers(self, method: str, params: Mapping[str, Any], version: str | None) -> list[tuple[str, str]]:
+        """The headers of a POST of `method` with `params`; `version` is a 2026-era call's envelope version."""
+        mcp = [("accept", "application/json, text/event-stream"), ("content-type", "application/json")]
+        if self.modern and version is not None:
+            mcp += [(MCP_PROTOCOL_VERSION_HEADER, version), (MCP_METHOD_HEADER, method)]
+            name = params.get("name")
+            if isinstance(name, str):
+                mcp.append((MCP_NAME_HEADER, encode_header_value(name)))
+                arguments = params.get("arguments")
+                mcp += self.param_headers(name, arguments if isinstance(arguments, dict) else {}).items()
+        else:
+            if self.session_id:
+                mcp.append((_SESSION_HEADER, self.session_id))
+            if self.protocol_version:
+                mcp.append((MCP_PROTOCOL_VERSION_HEADER, self.protocol_version))
+        # the MCP headers win over a configured one of the same name, as over the SDK client's defaults
+        names = {name.lower() for name, _ in mcp}
+        return [(name, value) for name, value in self._static if name not in names] + mcp
+
+    async def exchange(self, body: bytes, headers: list[tuple[str, str]], deliver: Deliver) -> bool:
+        """POST `body` and offer each message of the answer to `deliver`; whether the call's answer came.
+
+        Raises:
+            Refusal: the status or content type is no answer (as the SDK's transport words it).
+            TooLong: one message is longer than the link's bound.
+            OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, h11.ProtocolError:
+                the connection failed.
+        """
+        async with self.pool.post(headers, body) as response:
+            kind = response.header("content-type").lower()
+            _check(response, kind)
+            if response.status >= 400:
+                raise await self._refusal(response, kind)
+            if kind.startswith("application/json"):
+                message = decode(await self._whole(response))
+                return isinstance(message, dict) and bool(await self._offer(message, deliver))
+            if not kind.startswith("text/event-stream"):
+                raise Refusal(types.INVALID_REQUEST, f"Unexpected content type: {kind}")
+            answered = False
+            events = _Events(self._max)
+            chunks = response.body()
+            async for chunk in chunks:
+                for data in events.feed(chunk):
+                    message = decode(data)
+                    if isinstance(message, dict) and await self._offer(message, deliver):
+                        answered = True
+                if answered:
+                    break
+            if answered:  # the server ends the stream after the answer; read that end to keep the connection
+                with anyio.move_on_after(_AFTER_ANSWER_SECONDS):
+                    async for _ in chunks:
+                        pass
+            return answered
+
+    async def _offer(self, message: dict[str, Any], deliver: Deliver) -> bool:
+        taken = deliver(message)
+        if taken is None:
+            await self.inbox(message)
+        return bool(taken)
+
+    async def _whole(self, response: Response) -> bytes:
+        body = bytearray()
+        async for chunk in response.body():
+            body += chunk
+            if len(body) > self._max:
+                raise TooLong(len(body))
+        return bytes(body)
+
+    async def _refusal(self, response: Response, kind: str) -> Refusal:
+        if kind.startswith("application/json"):  # a JSON-RPC error in the body is the answer
+            try:
+                error = decode(await self._whole(response)).get("error")
+            except (ValueError, AttributeError, TooLong):
+                error = None
+            if isinstance(error, dict) and isinstance(error.get("code"), int):
+                return Refusal(error["code"], str(error.get("message", "")), error.get("data"))
+        if response.status == 404:
+            if self.session_id is None:
+                return Refusal(types.METHOD_NOT_FOUND, "Not Found")
+            return Refusal(types.INVALID_REQUEST, "Session terminated")
+        return Refusal(types.INTERNAL_ERROR, "Server returned an error response")
+
+    async def notify(self, message: dict[str, Any], body: bytes) -> None:
+        """POST a notification (a handshake-era cancel), bounded; its answer is not waited for beyond that."""
+        method = str(message.get("method"))
+        with anyio.move_on_after(5):
+            try:
+                async with self.pool.post(self.headers(method, {}, None), body) as response:
+                    async for _ in response.body():
+                        pass
+            except Exception as exc:  # best effort, as the SDK's: the call is already answered
+                logger.debug("relay notification %s failed: %r", method, exc)
+
+    async def inbox(self, message: dict[str, Any]) -> None:
+        """Hand a message the relay does not take to the SDK session, as if its transport had read it."""
+        if self._inbox is None:
+            return
+        try:
+            parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        except ValueError as exc:
+            logger.debug("relay: not a JSON-RPC message from the server: %r", exc)
+            return
+        await self._inbox.send(SessionMessage(parsed))
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+
+def _check(response: Response, kind: str) -> None:
+    if response.status == 202:
+        raise Refusal(types.INVALID_REQUEST, "server answered a request with 202 Accepted")
+    location = response.header("location")
+    if 300 <= response.status < 400 and location:
+        raise Refusal(
+            types.INVALID_REQUEST,
+            f"Redirect to {location} not followed; use that URL as the endpoint if it is the intended server",
+        )
+
+
+class _Events:
+    """Server-sent events, fed bytes as they come: the data of each `message` event with data."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._pending = b""
+        self._data: list[bytes] = []
+        self._size = 0
+        self._event = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        ready: list[bytes] = []
+        lines = (self._pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        self._pending = lines.pop()
+        if len(self._pending) > self._limit:
+            raise TooLong(len(self._pending))
+        for line in lines:
+            if not line:  # the end of an event
+                if self._data and self._event in (b"", b"message"):
+                    ready.append(b"\n".join(self._data))
+                self._data, self._size, self._event = [], 0, b""
+                continue
+            name, _, value = line.partition(b":")
+            value = value[1:] if value.startswith(b" ") else value
+            if name == b"data":
+                self._data.append(value)
+                self._size += len(value) + 1
+                if self._size > self._limit:
+                    raise TooLong(self._size)
+            elif name == b"event":
+                self._event = value
+        return ready
+
+
+def lane_for(url: str, headers: Mapping[str, str], *, oauth: bool, max_message_bytes: int) -> Lane | None:
+    """A lane to `url` when the relay can speak to it as the SDK's client would (else None: the SDK path)."""
+    if oauth or not plain_http(url) or any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    return Lane(url, headers, max_message_bytes)
+
+
+@asynccontextmanager
+async def with_inbox(transport: Any, lane: Lane) -> AsyncIterator[Streams]:
+    """The SDK transport's streams, its read stream merged with the lane's inbox (then the lane is closed)."""
+    async with transport as (read, write):
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        inbox = send.clone()
+
+        async def forward() -> None:
+            with send, inbox:
+                async for item in read:
+                    await send.send(item)
+
+        lane._inbox = inbox
+        try:
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(forward, name="omega http inbox")
+                try:
+                    yield receive, write  # type: ignore[misc]
+                finally:
+                    task_group.cancel_scope.cancel()
+        finally:
+            lane._inbox = None
+            await lane.aclose()
