@@ -16,7 +16,7 @@ timeout) is noticed before reuse and dropped, so a request is never sent into a 
 from __future__ import annotations
 
 import select
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -72,7 +72,7 @@ class _Connection:
             return True
         return bool(readable)
 
-    async def _next(self) -> h11.Event | type[h11.PAUSED]:
+    async def _next(self) -> object:
         while True:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
@@ -140,7 +140,7 @@ class Http1Pool:
         return connection
 
     @asynccontextmanager
-    async def post(self, headers: Iterable[tuple[str, str]], body: bytes) -> AsyncIterator[Response]:
+    async def post(self, headers: Iterable[tuple[str, str]], body: bytes) -> AsyncGenerator[Response]:
         """POST `body` to the URL's path; the answer, whose body the caller reads inside the block.
 
         Raises:

@@ -8,7 +8,7 @@ SDK's own requests carry (handshake era: `note_request` reads them off the SDK's
 the `Mcp-Param-*` mirrors the SDK session derives from the tool's schema). The answer, a JSON body
 or a server-sent event stream, is read message by message (each bounded by `max_message_mb`) and
 handed to the relay; what the relay does not take (a server's request to the client, a notification
-about something else) goes into the SDK session's own read stream (`inbox`), which answers it as if
+about something else) goes into the SDK session's own read stream (`session_inbox`), which answers it as if
 its transport had read it.
 
 A status the SDK's transport turns into a JSON-RPC error is turned into the same error here
@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import anyio.abc
 import httpx2
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import types
@@ -34,8 +33,9 @@ from mcp.shared.message import SessionMessage
 from omega_mcp._sdk import Streams
 from omega_mcp.http1 import Http1Pool, Response, plain_http
 from omega_mcp.jsonline import decode
+from omega_mcp.narrow import as_object, object_or_none
 
-__all__ = ["Lane", "Refusal", "TooLong", "lane_for", "with_inbox"]
+__all__ = ["Lane", "Refusal", "ServerSentEvents", "TooLong", "lane_for", "with_inbox"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class TooLong(Exception):
 
 Deliver = Callable[[dict[str, Any]], bool | None]
 """Offered each message of an answer: True for the call's answer, False for another it took, None for one
-it leaves (to the SDK session: `inbox`). After the answer the rest is read only to keep the connection."""
+it leaves (to the SDK session: `hand_on`). After the answer the rest is read only to keep the connection."""
 
 
 class Lane:
@@ -73,7 +73,7 @@ class Lane:
         self.modern = False
         """A 2026-era link: routing headers per call, no session."""
         self.param_headers: Callable[[str, Mapping[str, Any]], dict[str, str]] = lambda name, arguments: {}
-        self._inbox: MemoryObjectSendStream[SessionMessage | Exception] | None = None
+        self.session_inbox: MemoryObjectSendStream[SessionMessage | Exception] | None = None
 
     def note_request(self, request: httpx2.Request) -> None:
         """The SDK's own requests carry the session's id and version: the relay's POSTs send the same."""
@@ -98,8 +98,7 @@ class Lane:
             name = params.get("name")
             if isinstance(name, str):
                 mcp.append((MCP_NAME_HEADER, encode_header_value(name)))
-                arguments = params.get("arguments")
-                mcp += self.param_headers(name, arguments if isinstance(arguments, dict) else {}).items()
+                mcp += self.param_headers(name, as_object(params.get("arguments"))).items()
         else:
             if self.session_id:
                 mcp.append((_SESSION_HEADER, self.session_id))
@@ -124,17 +123,17 @@ class Lane:
             if response.status >= 400:
                 raise await self._refusal(response, kind)
             if kind.startswith("application/json"):
-                message = decode(await self._whole(response))
-                return isinstance(message, dict) and bool(await self._offer(message, deliver))
+                message = object_or_none(decode(await self._whole(response)))
+                return message is not None and await self._offer(message, deliver)
             if not kind.startswith("text/event-stream"):
                 raise Refusal(types.INVALID_REQUEST, f"Unexpected content type: {kind}")
             answered = False
-            events = _Events(self._max)
+            events = ServerSentEvents(self._max)
             chunks = response.body()
             async for chunk in chunks:
                 for data in events.feed(chunk):
-                    message = decode(data)
-                    if isinstance(message, dict) and await self._offer(message, deliver):
+                    message = object_or_none(decode(data))
+                    if message is not None and await self._offer(message, deliver):
                         answered = True
                 if answered:
                     break
@@ -147,7 +146,7 @@ class Lane:
     async def _offer(self, message: dict[str, Any], deliver: Deliver) -> bool:
         taken = deliver(message)
         if taken is None:
-            await self.inbox(message)
+            await self.hand_on(message)
         return bool(taken)
 
     async def _whole(self, response: Response) -> bytes:
@@ -161,11 +160,11 @@ class Lane:
     async def _refusal(self, response: Response, kind: str) -> Refusal:
         if kind.startswith("application/json"):  # a JSON-RPC error in the body is the answer
             try:
-                error = decode(await self._whole(response)).get("error")
-            except (ValueError, AttributeError, TooLong):
+                error = object_or_none(as_object(decode(await self._whole(response))).get("error"))
+            except (ValueError, TooLong):
                 error = None
-            if isinstance(error, dict) and isinstance(error.get("code"), int):
-                return Refusal(error["code"], str(error.get("message", "")), error.get("data"))
+            if error is not None and isinstance(code := error.get("code"), int):
+                return Refusal(code, str(error.get("message", "")), error.get("data"))
         if response.status == 404:
             if self.session_id is None:
                 return Refusal(types.METHOD_NOT_FOUND, "Not Found")
@@ -183,16 +182,16 @@ class Lane:
             except Exception as exc:  # best effort, as the SDK's: the call is already answered
                 logger.debug("relay notification %s failed: %r", method, exc)
 
-    async def inbox(self, message: dict[str, Any]) -> None:
+    async def hand_on(self, message: dict[str, Any]) -> None:
         """Hand a message the relay does not take to the SDK session, as if its transport had read it."""
-        if self._inbox is None:
+        if self.session_inbox is None:
             return
         try:
             parsed = types.jsonrpc_message_adapter.validate_python(message, by_name=False)
         except ValueError as exc:
             logger.debug("relay: not a JSON-RPC message from the server: %r", exc)
             return
-        await self._inbox.send(SessionMessage(parsed))
+        await self.session_inbox.send(SessionMessage(parsed))
 
     async def aclose(self) -> None:
         await self.pool.aclose()
@@ -209,7 +208,7 @@ def _check(response: Response, kind: str) -> None:
         )
 
 
-class _Events:
+class ServerSentEvents:
     """Server-sent events, fed bytes as they come: the data of each `message` event with data."""
 
     def __init__(self, limit: int) -> None:
@@ -251,7 +250,7 @@ def lane_for(url: str, headers: Mapping[str, str], *, oauth: bool, max_message_b
 
 
 @asynccontextmanager
-async def with_inbox(transport: Any, lane: Lane) -> AsyncIterator[Streams]:
+async def with_inbox(transport: Any, lane: Lane) -> AsyncGenerator[Streams]:
     """The SDK transport's streams, its read stream merged with the lane's inbox (then the lane is closed)."""
     async with transport as (read, write):
         send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -262,7 +261,7 @@ async def with_inbox(transport: Any, lane: Lane) -> AsyncIterator[Streams]:
                 async for item in read:
                     await send.send(item)
 
-        lane._inbox = inbox
+        lane.session_inbox = inbox
         try:
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(forward, name="omega http inbox")
@@ -271,5 +270,5 @@ async def with_inbox(transport: Any, lane: Lane) -> AsyncIterator[Streams]:
                 finally:
                     task_group.cancel_scope.cancel()
         finally:
-            lane._inbox = None
+            lane.session_inbox = None
             await lane.aclose()
