@@ -13,9 +13,6 @@ Transports are typed with the public `mcp.client.Transport`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from mcp import types
 from mcp.client import Transport
 from mcp.client._probe import negotiate_auto
@@ -36,7 +33,6 @@ __all__ = [
     "client_info",
     "connection_of",
     "negotiate_auto",
-    "param_headers",
 ]
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
@@ -56,8 +52,3 @@ def client_capabilities(session: ClientSession, version: str) -> types.ClientCap
 def client_info(session: ClientSession) -> types.Implementation:
     """The `clientInfo` a client session sends."""
     return session._client_info  # pyright: ignore[reportPrivateUsage]
-
-
-def param_headers(session: ClientSession, name: str, arguments: Mapping[str, Any]) -> dict[str, str]:
-    """The `Mcp-Param-*` headers the session would send with a 2026-era call of `name` (from its last listing)."""
-    return session._resolve_param_headers(name, arguments)  # pyright: ignore[reportPrivateUsage]

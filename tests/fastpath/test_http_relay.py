@@ -40,6 +40,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("mcp__m__echo", {"text": "after the timeout"}),
     ("mcp__m__ask", {}),  # a 2026-era round: handed to a 2026-era client (the SDK server refuses it at the handshake)
     ("mcp__m__elicit", {}),  # the server's own request during the call (handshake era)
+    ("mcp__m__region", {"region": "eu-west"}),  # 2026 era: an `Mcp-Param-Region` header the server checks
 ]
 
 

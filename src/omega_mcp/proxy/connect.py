@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import anyio
@@ -29,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 
-from omega_mcp._sdk import Streams, param_headers
+from omega_mcp._sdk import Streams
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.bounds import bound_json
 from omega_mcp.proxy.client_requests import ServerRequests
@@ -205,7 +204,8 @@ async def _open_url(
                     lane.modern = link.era == "modern"
                     if (result := link.session.initialize_result) is not None and not lane.modern:
                         lane.protocol_version = lane.protocol_version or result.protocol_version
-                    lane.param_headers = partial(param_headers, link.session)
+                    if isinstance(link.channel, ModernChannel):
+                        lane.param_headers = link.channel.param_headers
                     link.lane = lane
                 return link
         except Exception as exc:  # the other transport may still work; report the first failure

@@ -107,6 +107,11 @@ class ModernChannel:
         self._header_maps = maps
         return kept
 
+    def param_headers(self, name: str, arguments: Mapping[str, Any]) -> dict[str, str]:
+        """The `Mcp-Param-*` headers a call of tool `name` with `arguments` carries (none for an unlisted tool)."""
+        header_map = self._header_maps.get(name)
+        return mcp_param_headers(header_map, arguments) if header_map else {}
+
     # -- requests ----------------------------------------------------------------------------
 
     async def request(
@@ -136,8 +141,8 @@ class ModernChannel:
         name = wire.get(name_key) if name_key is not None else None
         if isinstance(name, str):
             headers[MCP_NAME_HEADER] = encode_header_value(name)
-        if method == "tools/call" and isinstance(name, str) and (header_map := self._header_maps.get(name)):
-            headers.update(mcp_param_headers(header_map, as_object(wire.get("arguments"))))
+        if method == "tools/call" and isinstance(name, str):
+            headers.update(self.param_headers(name, as_object(wire.get("arguments"))))
         opts: CallOptions = {"timeout": timeout_seconds, "headers": headers}
         if progress is not None:
             opts["on_progress"] = progress
