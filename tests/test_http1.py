@@ -242,3 +242,32 @@ async def test_an_event_stream_answer_is_offered_message_by_message_and_the_rest
     assert [m.message.method for m in inboxed] == ["roots/list", "roots/list"]
     send.close()
     receive.close()
+
+
+async def test_at_most_a_hundred_connections_are_open_at_once_and_the_rest_wait():
+    async with _served(lambda head, body: _answer("200 OK", b"{}")) as server:
+        pool = Http1Pool(server.url)
+        entered = 0
+        release = anyio.Event()
+
+        async def hold() -> None:
+            nonlocal entered
+            async with pool.post([], b"{}") as response:
+                entered += 1
+                await release.wait()
+                async for _ in response.body():
+                    pass
+
+        try:
+            async with anyio.create_task_group() as task_group:
+                for _ in range(120):
+                    task_group.start_soon(hold)
+                with anyio.fail_after(10):
+                    while entered < 100:  # noqa: ASYNC110 - a count, polled
+                        await anyio.sleep(0.01)
+                await anyio.sleep(0.1)
+                assert entered == 100 and server.connections == 100  # the other 20 wait for a connection
+                release.set()
+        finally:
+            await pool.aclose()
+    assert entered == 120 and server.connections == 100  # and then reuse the first ones

@@ -4,6 +4,7 @@ The relay (`fastpath/relay.py`) sends a `tools/call` to a streamable HTTP server
 reads the answer (a JSON body or a server-sent event stream) itself. The SDK's HTTP client (httpx,
 its auth flow, the transport's request models and tasks) costs several milliseconds of CPU per
 call, more than the rest of the hop together; this is the few hundred microseconds a POST needs.
+At most 100 connections are open at once (httpx's default); a request beyond waits for one.
 It speaks only plain `http://` to one host and port, with no proxy and no redirects: the relay
 leaves anything else (TLS, OAuth, an `HTTP_PROXY`) to the SDK path. h11 (which httpx and uvicorn
 already use) does the framing: chunked bodies, `Connection: close`, a bounded head.
@@ -30,6 +31,7 @@ __all__ = ["Http1Pool", "Response", "plain_http"]
 _CHUNK = 1 << 16
 _MAX_HEAD = 64 * 1024  # the status line and headers of an answer
 _MAX_IDLE = 64  # idle connections kept per origin
+_MAX_OPEN = 100  # connections per origin at once, as httpx's default: more requests wait for one
 
 
 def plain_http(url: str) -> bool:
@@ -126,6 +128,7 @@ class Http1Pool:
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()  # idle and busy: all closed with the pool
+        self._slots = anyio.CapacityLimiter(_MAX_OPEN)
         self._closed = False
 
     async def _connection(self) -> _Connection:
@@ -148,24 +151,25 @@ class Http1Pool:
             anyio.EndOfStream, anyio.BrokenResourceError: the server closed the connection.
             h11.ProtocolError: the answer is no HTTP/1.1.
         """
-        if self._closed:
-            raise anyio.ClosedResourceError
-        connection = await self._connection()
         head = [
             (b"host", self._authority),
             (b"content-length", str(len(body)).encode()),
             *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
         ]
-        kept = False
-        try:
-            response = await connection.send(h11.Request(method=b"POST", target=self.target, headers=head), body)
-            yield response
-            kept = connection.reusable() and not self._closed and len(self._idle) < _MAX_IDLE
-        finally:
-            if kept:
-                self._idle.append(connection)
-            else:
-                await self._discard(connection)
+        async with self._slots:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            connection = await self._connection()
+            kept = False
+            try:
+                response = await connection.send(h11.Request(method=b"POST", target=self.target, headers=head), body)
+                yield response
+                kept = connection.reusable() and not self._closed and len(self._idle) < _MAX_IDLE
+            finally:
+                if kept:
+                    self._idle.append(connection)
+                else:
+                    await self._discard(connection)
 
     async def _discard(self, connection: _Connection) -> None:
         self._open.discard(connection)

@@ -1,23 +1,27 @@
-"""The tools/call relay: handshake-era calls from a stdio client to a stdio server, as plain JSON.
+"""The tools/call relay: calls from a stdio client to a stdio or streamable HTTP server, as plain JSON.
 
-When omega serves stdio and a call targets a stdio downstream, the SDK machinery on both sides
-(dispatch tasks, request models, stream hops) is most of what the proxy hop costs. The relay
-takes such a `tools/call` off the client's pipe (`PipeReader.take`: synchronously, in the loop
-iteration that read it, with no task switch), checks it exactly as the Toolbox does (route from
-the namespace dict, arguments against the compiled validator), writes it to the server's pipe
-under its own request id and writes the server's answer back under the client's id (the same way,
-from the server pipe's `take`), otherwise untouched. Progress tokens and `notifications/cancelled` are
-mapped both ways, the server's `timeout` cancels downstream and answers isError, and a server
-that dies fails its pending calls. A 2026-07-28 client's call (no handshake: its `_meta` names the
-version, client info and capabilities) goes to a 2026-era server as it is, envelope, input-required
-rounds and all, and comes back as it is; to a handshake-era server it is relayed only when the
-client can be asked nothing and it is no round's retry (else the bridge is needed: server/bridge.py),
-with the envelope's reserved `_meta` keys left out as the SDK path leaves them, and its answer gets
-what the SDK's runner gives every 2026-era result: `resultType` and the server's `serverInfo`
-stamp. A server's log message while relayed calls run there is its client's (the one stdio
-client), at the level that client asked for. Anything else — a built-in, a down server, invalid
-arguments, a half-built envelope, a call before the handshake, a handshake-era call to a server
-whose handshake-era connection is not open yet — is left to the SDK path, which answers the same.
+When omega serves stdio, the SDK machinery on both sides (dispatch tasks, request models, stream
+hops, and for an HTTP server its HTTP client) is most of what the proxy hop costs. The relay takes
+such a `tools/call` off the client's pipe (`PipeReader.take`: synchronously, in the loop iteration
+that read it, with no task switch), checks it exactly as the Toolbox does (route from the namespace
+dict, arguments against the compiled validator), writes it to the server's pipe under its own
+request id and writes the server's answer back under the client's id (the same way, from the server
+pipe's `take`), otherwise untouched. To a streamable HTTP server (one the relay can speak to:
+`proxy/http_lane.py`) the call is a POST of its own, in a task, and the answer's messages (a JSON
+body or an event stream) are handled as a pipe's are; what the relay does not take goes to the SDK
+session, which answers a server's request as its own transport would have. Progress tokens and
+`notifications/cancelled` are mapped both ways, the server's `timeout` cancels downstream and
+answers isError, and a server that dies fails its pending calls. A 2026-07-28 client's call (no
+handshake: its `_meta` names the version, client info and capabilities) goes to a 2026-era server as
+it is, envelope, input-required rounds and all, and comes back as it is; to a handshake-era server
+it is relayed only when the client can be asked nothing and it is no round's retry (else the bridge
+is needed: server/bridge.py), with the envelope's reserved `_meta` keys left out as the SDK path
+leaves them, and its answer gets what the SDK's runner gives every 2026-era result: `resultType` and
+the server's `serverInfo` stamp. A server's log message while relayed calls run there is its
+client's (the one stdio client), at the level that client asked for. Anything else — a built-in, a
+down server, invalid arguments, a half-built envelope, a call before the handshake, a handshake-era
+call to a server whose handshake-era connection is not open yet — is left to the SDK path, which
+answers the same.
 """
 
 from __future__ import annotations
