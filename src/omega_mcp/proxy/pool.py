@@ -103,13 +103,12 @@ class SessionServers(AsyncContextManagerMixin):
         extra: Mapping[str, Any] | None = None,
     ) -> Wire:
         """Forward one call on `key`'s own connection to the server (started now if it has none)."""
-        instance = await self._instance(spec, key)
-        if instance.session is None:
-            return error_wire(
-                f"server {spec.server_name} could not be started for this session: {instance.failure or 'it stopped'}"
-            )
-        instance.busy += 1
+        instance = await self._instance(spec, key)  # busy from here: the idle reaper leaves it alone
         try:
+            await instance.ready.wait()  # bounded: `_run` gives up connecting after the connect timeout
+            if instance.session is None:
+                why = instance.failure or "it stopped"
+                return error_wire(f"server {spec.server_name} could not be started for this session: {why}")
             with self._requests.calling(spec.server_name):
                 return await forward_call(
                     instance.session, tool_name, arguments, progress=progress, meta=meta, extra=extra
@@ -129,16 +128,22 @@ class SessionServers(AsyncContextManagerMixin):
     # -- the connections ---------------------------------------------------------------------
 
     async def _instance(self, spec: DownstreamSpec, key: Hashable) -> _Instance:
+        """`key`'s connection to the server, started if it has none, counted busy (the caller's `finally` uncounts)."""
         slot = (spec.server_name, key)
         instance = self._instances.get(slot)
-        if instance is None or instance.spec is not spec:
+        # Replaced: one whose spec changed (a reload), or one on its way out (stopped as idle, or its
+        # server gone: ready, but no longer connected), which would answer "it stopped".
+        stale = instance is not None and (
+            instance.spec is not spec or (instance.ready.is_set() and not instance.session)
+        )
+        if instance is None or stale:
             if instance is not None:
-                await self._stop([instance])  # the spec changed (a reload): a new process
+                await self._stop([instance])
             if self._task_group is None:
                 raise RuntimeError("SessionServers used outside its context")
             instance = self._instances[slot] = _Instance(spec, key, last_used=anyio.current_time())
             self._task_group.start_soon(self._run, instance, name=f"omega session server {spec.server_name}")
-        await instance.ready.wait()  # bounded: `_run` gives up connecting after the connect timeout
+        instance.busy += 1
         return instance
 
     async def _run(self, instance: _Instance) -> None:
