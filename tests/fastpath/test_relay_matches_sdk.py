@@ -130,3 +130,20 @@ async def test_with_a_2026_era_server_the_relay_and_the_sdk_path_agree(policy: S
                     relayed[relay] = (await client.call_tool("mcp__m__request_id", {})).content[0].text  # type: ignore[union-attr]
             assert outcomes[True] == outcomes[False], f"mode={mode}"
             assert relayed[True].startswith("omega-relay-") and not relayed[False].startswith("omega-relay-"), mode
+
+
+async def test_a_handshake_era_call_to_a_2026_only_server_is_left_to_the_sdk_path(policy: SandboxPolicy) -> None:
+    """`era = "modern"`: no handshake-era link exists, and the server refuses a call without the 2026
+    envelope; the relay declines it and the SDK path, which adds the envelope, answers."""
+    target = StdioServerParameters(command=sys.executable, args=[str(MODERN_SERVER)])
+    spec = DownstreamSpec("m", target, era="modern")
+    async with Downstreams([spec]) as downstreams, Toolbox(policy, downstreams) as toolbox:
+        server = build_server(toolbox, catalog=downstreams)
+        await downstreams.wait_ready()
+        got: dict[bool, dict[str, Any]] = {}
+        for relay in (False, True):
+            async with pipe_client(server, relay=relay, mode="legacy") as client:
+                got[relay] = await outcome(client, "mcp__m__echo", {"text": "hi"})
+                request_id = (await client.call_tool("mcp__m__request_id", {})).content[0].text  # type: ignore[union-attr]
+                assert not request_id.startswith("omega-relay-")
+        assert got[True] == got[False] and got[True]["result"]["content"][0]["text"] == "hi"

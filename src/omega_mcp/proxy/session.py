@@ -152,10 +152,11 @@ class DownstreamSession(AsyncContextManagerMixin):
         return self._link.pipes if self._link is not None else None
 
     def _link_for(self, modern: bool) -> Link | None:
-        """The link a client of that era's `tools/call` goes to now (None: not open)."""
+        """The link a client of that era's `tools/call` goes to as it is (None: not open, or none: a
+        handshake-era call to a 2026-only server needs the envelope the SDK path adds)."""
         link = self._link
-        if link is not None and link.era == "modern" and not modern and link.handshake_too:
-            return self._second
+        if link is not None and link.era == "modern" and not modern:
+            return self._second if link.handshake_too else None
         return link
 
     def pipes_for(self, modern: bool) -> tuple[PipeReader, PipeWriter] | None:
