@@ -81,7 +81,7 @@ async def _served(answer: Answer) -> AsyncIterator[_Server]:
 
 
 async def _post(pool: Http1Pool, body: bytes = b"{}") -> tuple[int, dict[str, str], bytes]:
-    async with pool.post([("content-type", "application/json")], body) as response:
+    async with pool.send([("content-type", "application/json")], body) as response:
         data = b"".join([chunk async for chunk in response.body()])
     return response.status, response.headers, data
 
@@ -172,7 +172,8 @@ def test_server_sent_events_are_decoded_across_chunks_and_line_endings():
         b'{"a":1}',
         b"x\ny",
     ]
-    assert events.feed(b"data:nospace\r\rdata: \n\n") == [b"nospace", b""]
+    assert events.feed(b"data:nospace\r\rid: 7\ndata: \n\n") == [b"nospace"]  # empty data: priming only
+    assert events.last_id == "7"
     with pytest.raises(TooLong):
         ServerSentEvents(limit=10).feed(b"data: " + b"x" * 20 + b"\n")
     with pytest.raises(TooLong):
@@ -252,7 +253,7 @@ async def test_at_most_a_hundred_connections_are_open_at_once_and_the_rest_wait(
 
         async def hold() -> None:
             nonlocal entered
-            async with pool.post([], b"{}") as response:
+            async with pool.send([], b"{}") as response:
                 entered += 1
                 await release.wait()
                 async for _ in response.body():
@@ -271,3 +272,59 @@ async def test_at_most_a_hundred_connections_are_open_at_once_and_the_rest_wait(
         finally:
             await pool.aclose()
     assert entered == 120 and server.connections == 100  # and then reuse the first ones
+
+
+async def test_a_stream_that_ends_before_the_answer_is_resumed_from_its_last_event():
+    """As the SDK's transport: after an event with an id, a GET with `Last-Event-ID` (after `retry:`)."""
+
+    def answer(head: bytes, body: bytes) -> bytes:
+        if head.startswith(b"POST"):
+            return _chunked(b"id: e1\nretry: 10\ndata: \n\n", b'id: e2\ndata: {"jsonrpc":"2.0","method":"x/y"}\n\n')
+        return _chunked(b'id: e3\ndata: {"jsonrpc":"2.0","id":"r-1","result":{"content":[]}}\n\n')
+
+    offered: list[Any] = []
+
+    def deliver(message: dict[str, Any]) -> bool | None:
+        offered.append(message.get("method") or message.get("id"))
+        return message.get("id") == "r-1"
+
+    async with _served(answer) as server:
+        lane = Lane(server.url, {"X-Team": "a"}, 1 << 20)
+        lane.session_id, lane.protocol_version = "s-1", "2025-11-25"
+        try:
+            assert await lane.exchange(b"{}", lane.headers("tools/call", {}, None), deliver) is True
+        finally:
+            await lane.aclose()
+    assert offered == ["x/y", "r-1"]
+    get = server.requests[1][0].decode().lower()
+    assert get.startswith("get /mcp?x=1 http/1.1") and "last-event-id: e2" in get
+    assert "mcp-session-id: s-1" in get and "mcp-protocol-version: 2025-11-25" in get and "x-team: a" in get
+
+
+async def test_a_stream_that_ends_before_the_answer_with_no_event_id_is_not_resumed():
+    async with _served(lambda head, body: _chunked(b'data: {"jsonrpc":"2.0","method":"x/y"}\n\n')) as server:
+        lane = Lane(server.url, {}, 1 << 20)
+        try:
+            assert await lane.exchange(b"{}", lane.headers("tools/call", {}, None), lambda m: False) is False
+        finally:
+            await lane.aclose()
+    assert len(server.requests) == 1
+
+
+async def test_an_answer_that_is_no_json_is_the_sdk_transports_parse_error():
+    async with _served(lambda head, body: _chunked(b"data: {nope\n\n")) as server:
+        lane = Lane(server.url, {}, 1 << 20)
+        try:
+            with pytest.raises(Refusal) as raised:
+                await lane.exchange(b"{}", lane.headers("tools/call", {}, None), lambda m: True)
+        finally:
+            await lane.aclose()
+    assert raised.value.error["code"] == types.PARSE_ERROR
+    assert raised.value.error["message"].startswith("Failed to parse JSON response")
+
+
+def test_a_crlf_split_between_two_chunks_is_one_line_end():
+    events = ServerSentEvents(limit=100)
+    assert events.feed(b"data: a\r") == []
+    assert events.feed(b"\ndata: b\r\n\r") == []
+    assert events.feed(b"\n") == [b"a\nb"]

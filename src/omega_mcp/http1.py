@@ -143,8 +143,11 @@ class Http1Pool:
         return connection
 
     @asynccontextmanager
-    async def post(self, headers: Iterable[tuple[str, str]], body: bytes) -> AsyncGenerator[Response]:
-        """POST `body` to the URL's path; the answer, whose body the caller reads inside the block.
+    async def send(
+        self, headers: Iterable[tuple[str, str]], body: bytes, *, method: bytes = b"POST"
+    ) -> AsyncGenerator[Response]:
+        """POST `body` (or another `method`) to the URL's path; the answer, whose body the caller reads
+        inside the block.
 
         Raises:
             OSError, TimeoutError: connecting failed (or took longer than the connect timeout).
@@ -162,7 +165,7 @@ class Http1Pool:
             connection = await self._connection()
             kept = False
             try:
-                response = await connection.send(h11.Request(method=b"POST", target=self.target, headers=head), body)
+                response = await connection.send(h11.Request(method=method, target=self.target, headers=head), body)
                 yield response
                 kept = connection.reusable() and not self._closed and len(self._idle) < _MAX_IDLE
             finally:

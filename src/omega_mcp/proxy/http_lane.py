@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import h11
 import httpx2
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import types
@@ -40,8 +41,12 @@ __all__ = ["Lane", "Refusal", "ServerSentEvents", "TooLong", "lane_for", "with_i
 logger = logging.getLogger(__name__)
 
 _SESSION_HEADER = "mcp-session-id"
+_SSE = "text/event-stream"
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 _AFTER_ANSWER_SECONDS = 1.0  # reading the rest of an answered stream, to keep its connection
+_RESUME_ATTEMPTS = 2  # failed reconnections to a stream that ended early, as the SDK's transport
+_RESUME_DELAY_MS = 1000  # before each, unless the stream said `retry:`
+_POST_ONLY = frozenset({MCP_METHOD_HEADER, MCP_NAME_HEADER, "content-length"})
 
 
 class Refusal(Exception):
@@ -117,33 +122,64 @@ class Lane:
             OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, h11.ProtocolError:
                 the connection failed.
         """
-        async with self.pool.post(headers, body) as response:
+        async with self.pool.send(headers, body) as response:
             kind = response.header("content-type").lower()
             _check(response, kind)
             if response.status >= 400:
                 raise await self._refusal(response, kind)
             if kind.startswith("application/json"):
-                message = object_or_none(decode(await self._whole(response)))
-                return message is not None and await self._offer(message, deliver)
-            if not kind.startswith("text/event-stream"):
+                return await self._offer(_message(await self._whole(response)), deliver)
+            if not kind.startswith(_SSE):
                 raise Refusal(types.INVALID_REQUEST, f"Unexpected content type: {kind}")
-            answered = False
             events = ServerSentEvents(self._max)
-            chunks = response.body()
-            async for chunk in chunks:
-                for data in events.feed(chunk):
-                    message = object_or_none(decode(data))
-                    if message is not None and await self._offer(message, deliver):
-                        answered = True
-                if answered:
-                    break
+            if await self._events(response, events, deliver):
+                return True
+        return events.last_id is not None and await self._resume(events, headers, deliver)
+
+    async def _events(self, response: Response, events: ServerSentEvents, deliver: Deliver) -> bool:
+        """Offer the messages of an event stream until the call's answer; whether it came."""
+        chunks = response.body()
+        async for chunk in chunks:
+            answered = False
+            for data in events.feed(chunk):
+                if await self._offer(_message(data), deliver):
+                    answered = True
             if answered:  # the server ends the stream after the answer; read that end to keep the connection
                 with anyio.move_on_after(_AFTER_ANSWER_SECONDS):
                     async for _ in chunks:
                         pass
-            return answered
+                return True
+        return False
 
-    async def _offer(self, message: dict[str, Any], deliver: Deliver) -> bool:
+    async def _resume(self, events: ServerSentEvents, headers: list[tuple[str, str]], deliver: Deliver) -> bool:
+        """A stream that ended before the answer, after an event with an id: as the SDK's transport, GET
+        it again from that event on (`Last-Event-ID`), after the server's `retry:` or a second, until the
+        answer, a stream that ends again (then once more), or the second failed attempt in a row."""
+        failed = 0
+        while failed < _RESUME_ATTEMPTS:
+            await anyio.sleep((events.retry_ms if events.retry_ms is not None else _RESUME_DELAY_MS) / 1000)
+            assert events.last_id is not None
+            again = [
+                (n, v) for n, v in headers if n.lower() not in _POST_ONLY and not n.lower().startswith("mcp-param-")
+            ]
+            again.append(("last-event-id", events.last_id))
+            events.restart()
+            try:
+                async with self.pool.send(again, b"", method=b"GET") as response:
+                    if response.status >= 400 or not response.header("content-type").lower().startswith(_SSE):
+                        failed += 1
+                        continue
+                    if await self._events(response, events, deliver):
+                        return True
+                    failed = 0  # it ended early again: reconnect again
+            except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, h11.ProtocolError) as exc:
+                logger.debug("relay: resuming a stream failed: %r", exc)
+                failed += 1
+        return False
+
+    async def _offer(self, message: dict[str, Any] | None, deliver: Deliver) -> bool:
+        if message is None:
+            return False
         taken = deliver(message)
         if taken is None:
             await self.hand_on(message)
@@ -176,7 +212,7 @@ class Lane:
         method = str(message.get("method"))
         with anyio.move_on_after(5):
             try:
-                async with self.pool.post(self.headers(method, {}, None), body) as response:
+                async with self.pool.send(self.headers(method, {}, None), body) as response:
                     async for _ in response.body():
                         pass
             except Exception as exc:  # best effort, as the SDK's: the call is already answered
@@ -197,6 +233,14 @@ class Lane:
         await self.pool.aclose()
 
 
+def _message(data: bytes) -> dict[str, Any] | None:
+    """One message of an answer (None: not a JSON object); bad JSON fails the call as the SDK's transport does."""
+    try:
+        return object_or_none(decode(data))
+    except ValueError as exc:
+        raise Refusal(types.PARSE_ERROR, f"Failed to parse JSON response: {exc}") from None
+
+
 def _check(response: Response, kind: str) -> None:
     if response.status == 202:
         raise Refusal(types.INVALID_REQUEST, "server answered a request with 202 Accepted")
@@ -209,7 +253,9 @@ def _check(response: Response, kind: str) -> None:
 
 
 class ServerSentEvents:
-    """Server-sent events, fed bytes as they come: the data of each `message` event with data."""
+    """Server-sent events, fed bytes as they come: the data of each `message` event with data (as the SDK's
+    transport, an event with empty data is skipped), and the
+    last event id and `retry:` seen (to resume a stream that ends early)."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
@@ -217,17 +263,26 @@ class ServerSentEvents:
         self._data: list[bytes] = []
         self._size = 0
         self._event = b""
+        self.last_id: str | None = None
+        self.retry_ms: int | None = None
+
+    def restart(self) -> None:
+        """A new stream: what was half-read of the old one is dropped (the ids and `retry:` stay)."""
+        self._pending, self._data, self._size, self._event = b"", [], 0, b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
         ready: list[bytes] = []
-        lines = (self._pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        self._pending = lines.pop()
+        text = self._pending + chunk
+        carry = b"\r" if text.endswith(b"\r") else b""  # maybe half of a CRLF: decided with the next chunk
+        lines = text[: len(text) - len(carry)].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        self._pending = lines.pop() + carry
         if len(self._pending) > self._limit:
             raise TooLong(len(self._pending))
         for line in lines:
             if not line:  # the end of an event
-                if self._data and self._event in (b"", b"message"):
-                    ready.append(b"\n".join(self._data))
+                data = b"\n".join(self._data)
+                if data and self._event in (b"", b"message"):  # no data: a priming event (its id counts)
+                    ready.append(data)
                 self._data, self._size, self._event = [], 0, b""
                 continue
             name, _, value = line.partition(b":")
@@ -239,6 +294,10 @@ class ServerSentEvents:
                     raise TooLong(self._size)
             elif name == b"event":
                 self._event = value
+            elif name == b"id" and value and b"\0" not in value:  # as the SDK's: an empty id keeps the last
+                self.last_id = value.decode("utf-8", "replace")
+            elif name == b"retry" and value.isdigit():
+                self.retry_ms = int(value)
         return ready
 
 
