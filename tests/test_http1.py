@@ -7,17 +7,22 @@ what a status or content type becomes are all seen directly.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
+from anyio.streams.tls import TLSListener
 from mcp import types
 
-from omega_mcp.http1 import Http1Pool, plain_http
+from omega_mcp.http1 import Http1Pool, speakable
 from omega_mcp.proxy.http_lane import Lane, Refusal, ServerSentEvents, TooLong, lane_for
 
 Answer = Callable[[bytes, bytes], bytes]
@@ -43,12 +48,13 @@ class _Server:
 
 
 @asynccontextmanager
-async def _served(answer: Answer) -> AsyncIterator[_Server]:
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    server = _Server(f"http://127.0.0.1:{port}/mcp?x=1")
+async def _served(answer: Answer, tls: ssl.SSLContext | None = None) -> AsyncIterator[_Server]:
+    tcp = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = tcp.extra(anyio.abc.SocketAttribute.local_port)
+    listener: anyio.abc.Listener[Any] = tcp if tls is None else TLSListener(tcp, tls, standard_compatible=False)
+    server = _Server(f"{'https' if tls else 'http'}://127.0.0.1:{port}/mcp?x=1")
 
-    async def handle(stream: anyio.abc.SocketStream) -> None:
+    async def handle(stream: anyio.abc.ByteStream) -> None:
         server.connections += 1
         buffer = b""
         async with stream:
@@ -130,20 +136,20 @@ async def test_a_chunked_body_is_read_whole_and_connection_close_is_honoured():
     assert server.connections == 2  # `connection: close` → a new one for the next request
 
 
-def test_only_plain_http_urls_with_a_host_are_spoken_to():
-    assert plain_http("http://127.0.0.1:8000/mcp") and plain_http("http://example.test/mcp")
-    assert not plain_http("https://example.test/mcp")
-    assert not plain_http("http:///mcp") and not plain_http("http://host:99999/mcp")
+def test_http_and_https_urls_with_a_host_and_no_credentials_are_spoken_to():
+    assert speakable("http://127.0.0.1:8000/mcp") and speakable("https://example.test/mcp")
+    assert not speakable("ftp://example.test/mcp") and not speakable("http://user:pw@example.test/mcp")
+    assert not speakable("http:///mcp") and not speakable("http://host:99999/mcp")
 
 
-def test_the_relay_leaves_tls_oauth_and_proxied_servers_to_the_sdk(monkeypatch: pytest.MonkeyPatch):
-    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+def test_the_relay_leaves_oauth_and_proxied_servers_to_the_sdk(monkeypatch: pytest.MonkeyPatch):
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    assert isinstance(lane_for("http://127.0.0.1:1/mcp", {}, oauth=False, max_message_bytes=1 << 20), Lane)
-    assert lane_for("https://127.0.0.1:1/mcp", {}, oauth=False, max_message_bytes=1 << 20) is None
+    for url in ("http://127.0.0.1:1/mcp", "https://127.0.0.1:1/mcp"):
+        assert isinstance(lane_for(url, {}, oauth=False, max_message_bytes=1 << 20), Lane)
     assert lane_for("http://127.0.0.1:1/mcp", {}, oauth=True, max_message_bytes=1 << 20) is None
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
-    assert lane_for("http://127.0.0.1:1/mcp", {}, oauth=False, max_message_bytes=1 << 20) is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert lane_for("https://127.0.0.1:1/mcp", {}, oauth=False, max_message_bytes=1 << 20) is None
 
 
 def test_headers_are_the_sdk_transports_for_each_era():
@@ -328,3 +334,65 @@ def test_a_crlf_split_between_two_chunks_is_one_line_end():
     assert events.feed(b"data: a\r") == []
     assert events.feed(b"\ndata: b\r\n\r") == []
     assert events.feed(b"\n") == [b"a\nb"]
+
+
+def _certificates(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    """A CA (its PEM file) and a server context with a certificate it signed for 127.0.0.1."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("omega test CA", ca_key, "omega test CA", ca_key, True)
+    server = certificate("127.0.0.1", server_key, "omega test CA", ca_key, False)
+    ca_file, cert_file, key_file = tmp_path / "ca.pem", tmp_path / "server.pem", tmp_path / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return ca_file, context
+
+
+async def test_https_is_verified_as_the_sdk_client_verifies_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Trusted through `SSL_CERT_FILE` (as httpx trusts it): kept alive over TLS; untrusted: refused."""
+    ca_file, context = _certificates(tmp_path)
+    async with _served(lambda head, body: _answer("200 OK", b"{}"), tls=context) as server:
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        pool = Http1Pool(server.url)
+        try:
+            assert [(await _post(pool))[2] for _ in range(3)] == [b"{}"] * 3
+        finally:
+            await pool.aclose()
+        assert server.connections == 1
+        monkeypatch.delenv("SSL_CERT_FILE")
+        pool = Http1Pool(server.url)
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await _post(pool)
+        finally:
+            await pool.aclose()
+    assert len(server.requests) == 3

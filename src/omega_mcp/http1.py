@@ -5,9 +5,11 @@ reads the answer (a JSON body or a server-sent event stream) itself. The SDK's H
 its auth flow, the transport's request models and tasks) costs several milliseconds of CPU per
 call, more than the rest of the hop together; this is the few hundred microseconds a POST needs.
 At most 100 connections are open at once (httpx's default); a request beyond waits for one.
-It speaks only plain `http://` to one host and port, with no proxy and no redirects: the relay
-leaves anything else (TLS, OAuth, an `HTTP_PROXY`) to the SDK path. h11 (which httpx and uvicorn
-already use) does the framing: chunked bodies, `Connection: close`, a bounded head.
+It speaks `http://` and `https://` to one host and port, with no proxy, no redirects and no
+credentials in the URL; TLS is verified with the SSL context httpx itself makes
+(`httpx2.create_ssl_context()`: `SSL_CERT_FILE` / `SSL_CERT_DIR`, else the system's CA store), so
+a server the SDK's client trusts is trusted here and no other. h11 (which httpx and uvicorn already
+use) does the framing: chunked bodies, `Connection: close`, a bounded head.
 
 A connection goes back to the pool only after a whole exchange on it; one left mid-answer (a
 cancelled or failed call) is closed. An idle connection the server has closed (its keep-alive
@@ -17,6 +19,7 @@ timeout) is noticed before reuse and dropped, so a request is never sent into a 
 from __future__ import annotations
 
 import select
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,8 +28,9 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 import h11
+import httpx2
 
-__all__ = ["Http1Pool", "Response", "plain_http"]
+__all__ = ["Http1Pool", "Response", "speakable"]
 
 _CHUNK = 1 << 16
 _MAX_HEAD = 64 * 1024  # the status line and headers of an answer
@@ -34,14 +38,15 @@ _MAX_IDLE = 64  # idle connections kept per origin
 _MAX_OPEN = 100  # connections per origin at once, as httpx's default: more requests wait for one
 
 
-def plain_http(url: str) -> bool:
-    """Whether `url` is one this client can speak to: `http://` with a host."""
+def speakable(url: str) -> bool:
+    """Whether `url` is one this client can speak to: `http://` or `https://` with a host and no
+    credentials (httpx would turn those into a Basic `Authorization`)."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError:
         return False
-    return parts.scheme == "http" and bool(parts.hostname)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
 
 
 @dataclass(slots=True)
@@ -61,7 +66,7 @@ class Response:
 
 
 class _Connection:
-    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
 
@@ -117,13 +122,15 @@ class _Connection:
 
 
 class Http1Pool:
-    """Keep-alive HTTP/1.1 connections to the origin of one `http://` URL."""
+    """Keep-alive HTTP/1.1 connections to the origin of one `http://` or `https://` URL (`speakable`)."""
 
     def __init__(self, url: str, *, connect_timeout: float = 30.0) -> None:
         parts = urlsplit(url)
-        assert parts.scheme == "http" and parts.hostname, url
-        self._host, self._port = parts.hostname, parts.port or 80
-        self._authority = parts.netloc.rpartition("@")[2].encode()
+        assert speakable(url) and parts.hostname, url
+        self._tls = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port or (443 if self._tls else 80)
+        self._authority = parts.netloc.encode()
+        self._ssl: ssl.SSLContext | None = None
         self.target = ((parts.path or "/") + (f"?{parts.query}" if parts.query else "")).encode()
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
@@ -137,8 +144,21 @@ class Http1Pool:
             if not connection.stale():
                 return connection
             await self._discard(connection)
+        if self._tls and self._ssl is None:
+            self._ssl = httpx2.create_ssl_context()  # what the SDK's client verifies with
+            self._ssl.set_alpn_protocols(["http/1.1"])
         with anyio.fail_after(self._connect_timeout):
-            connection = _Connection(await anyio.connect_tcp(self._host, self._port))
+            if self._ssl is not None:
+                stream = await anyio.connect_tcp(
+                    self._host,
+                    self._port,
+                    ssl_context=self._ssl,
+                    tls_hostname=self._host,
+                    tls_standard_compatible=False,
+                )
+            else:
+                stream = await anyio.connect_tcp(self._host, self._port)
+            connection = _Connection(stream)
         self._open.add(connection)
         return connection
 

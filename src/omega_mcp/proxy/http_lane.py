@@ -1,7 +1,7 @@
 """The relay's own way to a streamable HTTP server: a POST per `tools/call`, beside the SDK's transport.
 
 A `Lane` belongs to one streamable HTTP link (`connect.py` makes it when the relay can speak to the
-server: plain `http://`, no OAuth, no proxy in the environment). It sends what the SDK's transport
+server: `http://` or `https://`, no OAuth, no proxy in the environment). It sends what the SDK's transport
 would send for the same call: the link's static headers, the session id and negotiated version the
 SDK's own requests carry (handshake era: `note_request` reads them off the SDK's requests), or the
 2026 routing headers (`MCP-Protocol-Version` of the call's envelope, `Mcp-Method`, `Mcp-Name`, and
@@ -32,7 +32,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import Streams
-from omega_mcp.http1 import Http1Pool, Response, plain_http
+from omega_mcp.http1 import Http1Pool, Response, speakable
 from omega_mcp.jsonline import decode
 from omega_mcp.narrow import as_object, object_or_none
 
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_HEADER = "mcp-session-id"
 _SSE = "text/event-stream"
-_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 _AFTER_ANSWER_SECONDS = 1.0  # reading the rest of an answered stream, to keep its connection
 _RESUME_ATTEMPTS = 2  # failed reconnections to a stream that ended early, as the SDK's transport
 _RESUME_DELAY_MS = 1000  # before each, unless the stream said `retry:`
@@ -303,7 +303,7 @@ class ServerSentEvents:
 
 def lane_for(url: str, headers: Mapping[str, str], *, oauth: bool, max_message_bytes: int) -> Lane | None:
     """A lane to `url` when the relay can speak to it as the SDK's client would (else None: the SDK path)."""
-    if oauth or not plain_http(url) or any(os.environ.get(name) for name in _PROXY_VARIABLES):
+    if oauth or not speakable(url) or any(os.environ.get(name) for name in _PROXY_VARIABLES):
         return None
     return Lane(url, headers, max_message_bytes)
 
