@@ -203,7 +203,7 @@ async def _open_url(
                 if (lane := lanes.get(id(attempt))) is not None:
                     lane.modern = link.era == "modern"
                     if (result := link.session.initialize_result) is not None and not lane.modern:
-                        lane.protocol_version = lane.protocol_version or result.protocol_version
+                        lane.protocol_version = result.protocol_version  # negotiated (the era probe sent another)
                     if isinstance(link.channel, ModernChannel):
                         lane.param_headers = link.channel.param_headers
                     link.lane = lane
