@@ -18,10 +18,14 @@ from omega_mcp.server.stdio import serve_streams
 
 @asynccontextmanager
 async def pipe_client(
-    server: OmegaServer, *, relay: bool, mode: str = "legacy", **callbacks: Any
+    server: OmegaServer, *, relay: bool, mode: str = "legacy", raw: list[int] | None = None, **callbacks: Any
 ) -> AsyncIterator[mcp.Client]:
-    """An SDK client (`legacy`: handshake era, `auto`: 2026-07-28) talking to `server` over two real pipes."""
+    """An SDK client (`legacy`: handshake era, `auto`: 2026-07-28) talking to `server` over two real pipes.
+
+    `raw` gets the descriptor the client writes to, for a test to write raw lines of its own."""
     to_server_r, to_server_w = os.pipe()
+    if raw is not None:
+        raw.append(to_server_w)
     to_client_r, to_client_w = os.pipe()
     open_fds = {to_server_r, to_server_w, to_client_r, to_client_w}
     served = anyio.Event()

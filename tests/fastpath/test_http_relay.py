@@ -10,6 +10,8 @@ call (an elicitation, handshake era) reaches the client through the SDK session,
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -50,9 +52,11 @@ def _listening(port: int) -> bool:
 
 
 @pytest.fixture
-async def remote() -> AsyncIterator[str]:
+async def remote(tmp_path: Path) -> AsyncIterator[str]:
+    """The fixture server over HTTP; the `sleep` calls it starts are logged to tmp_path/sleeps.jsonl."""
     port = free_port()
-    process = await anyio.open_process([sys.executable, str(MODERN_SERVER), "--http", str(port)])
+    env = {**os.environ, "MODERN_FIXTURE_LOG": str(tmp_path / "sleeps.jsonl")}
+    process = await anyio.open_process([sys.executable, str(MODERN_SERVER), "--http", str(port)], env=env)
     try:
         with anyio.fail_after(30):
             while not _listening(port):
@@ -113,3 +117,25 @@ async def test_every_call_has_the_same_outcome_through_the_http_relay_and_the_sd
             if mode == "legacy":
                 assert "Hello, Ada!" in str(got["mcp__m__elicit"])
                 assert ("info", "a line from the tool") in logs[True]
+
+
+async def test_a_call_cancelled_in_the_same_read_as_it_came_is_never_posted(
+    policy: SandboxPolicy, remote: str, tmp_path: Path
+) -> None:
+    """A client's call and its cancel in one write reach the relay in one callback, before the POST's task
+    has started: the POST is not sent (its cancel scope is made with the call, cancelled before entered)."""
+    log = tmp_path / "sleeps.jsonl"
+    spec = DownstreamSpec("m", remote, timeout_seconds=10)
+    async with Downstreams([spec]) as downstreams, Toolbox(policy, downstreams) as toolbox:
+        server = build_server(toolbox, catalog=downstreams)
+        await downstreams.wait_ready()
+        raw: list[int] = []
+        async with pipe_client(server, relay=True, mode="legacy", raw=raw) as client:
+            await client.call_tool("mcp__m__sleep", {"seconds": 0})  # the lane is open, and the log works
+            params = {"name": "mcp__m__sleep", "arguments": {"seconds": 1}}
+            call = {"jsonrpc": "2.0", "id": "raw-1", "method": "tools/call", "params": params}
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "raw-1"}}
+            os.write(raw[0], (json.dumps(call) + "\n" + json.dumps(cancel) + "\n").encode())
+            await anyio.sleep(1)  # time enough for a POST to reach the server
+            assert (await client.call_tool("mcp__m__echo", {"text": "after"})).content[0].text == "after"  # type: ignore[union-attr]
+        assert [json.loads(line) for line in log.read_text().splitlines()] == [{"seconds": 0}]

@@ -73,7 +73,8 @@ class _Call:
     """A stdio server's pipes; None: an HTTP server's `lane`, one POST per call."""
     lane: Lane | None = None
     scope: anyio.CancelScope | None = None
-    """The POST's (an HTTP call): cancelled, it closes the connection (the 2026 era's cancel)."""
+    """The POST's (an HTTP call), made with the call: cancelled, even before its task starts, the POST
+    is not sent or its connection is closed (the 2026 era's cancel)."""
     client_token: Any = None
     modern: bool = False
     """A 2026-era client's call."""
@@ -186,8 +187,10 @@ class Relay:
             self._watch(session, lane)
             version = meta.get(VERSION_KEY) if passed and meta is not None else None
             headers = lane.headers("tools/call", forwarded, version if isinstance(version, str) else None)
+            call.scope = anyio.CancelScope()
             self._task_group.start_soon(self._post, relay_id, call, lane, encode_line(request), headers)
         else:
+            assert pipes is not None  # one of the two, or the call was declined above
             self._send(relay_id, call, session, pipes, request)
         self._arm(relay_id, timeout)
         return True
@@ -197,10 +200,9 @@ class Relay:
         relay_id: str,
         call: _Call,
         session: DownstreamSession,
-        pipes: tuple[PipeReader, PipeWriter] | None,
+        pipes: tuple[PipeReader, PipeWriter],
         request: dict[str, Any],
     ) -> None:
-        assert pipes is not None
         self._hook(session, pipes)
         try:
             pipes[1].send_nowait(encode_line(request))
@@ -273,7 +275,8 @@ class Relay:
             return message.get("id") == relay_id and "method" not in message
 
         server, tool = call.server_name, call.tool_name
-        with anyio.CancelScope() as call.scope:
+        assert call.scope is not None  # made with the call, so a cancel before this task starts holds
+        with call.scope:
             try:
                 if await lane.exchange(body, headers, deliver):
                     return
