@@ -60,9 +60,8 @@ class Response:
     def header(self, name: str) -> str:
         return self.headers.get(name, "")
 
-    async def body(self) -> AsyncIterator[bytes]:
-        async for chunk in self._connection.body():
-            yield chunk
+    def body(self) -> AsyncIterator[bytes]:
+        return self._connection.body()
 
 
 class _Connection:
@@ -156,7 +155,7 @@ class Http1Pool:
                     tls_hostname=self._host,
                     tls_standard_compatible=False,
                 )
-            else:
+            else:  # (a `tls_hostname` alone would turn TLS on)
                 stream = await anyio.connect_tcp(self._host, self._port)
             connection = _Connection(stream)
         self._open.add(connection)

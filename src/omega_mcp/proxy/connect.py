@@ -151,28 +151,24 @@ async def _open_url(
     auth = http_auth(spec.oauth) if spec.oauth is not None else None
     limit = spec.max_message_bytes
     refused: list[str] = []
-    lanes: dict[int, Lane] = {}
+    lane: Lane | None = None  # the streamable attempt's, when the relay can speak to the server
 
     async def note_refusal(response: httpx2.Response) -> None:
         if response.status_code >= 400 and not refused:  # the SDK reports it as "an error response"
             refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
         bound_json(response, limit)
-        for lane in lanes.values():
+        if lane is not None:
             lane.note_response(response)
 
     def streamable(stack: AsyncExitStack) -> AbstractAsyncContextManager[Streams]:
+        nonlocal lane
         lane = lane_for(url, headers, oauth=auth is not None, max_message_bytes=limit)
-        hooks: dict[str, list[Callable[..., Any]]] = {"response": [note_refusal]}
-        if lane is not None:
-            lanes[id(stack)] = lane
-
-            async def note_request(request: httpx2.Request) -> None:
-                lane.note_request(request)
-
-            hooks["request"] = [note_request]
         # The SDK's defaults: 30 s to connect or write, 300 s of silence on a stream.
         client = httpx2.AsyncClient(
-            headers=headers, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0), event_hooks=hooks
+            headers=headers,
+            auth=auth,
+            timeout=httpx2.Timeout(30.0, read=300.0),
+            event_hooks={"response": [note_refusal]},
         )
         stack.push_async_callback(client.aclose)
         transport = streamable_http_client(url, http_client=client, max_sse_event_size=limit)
@@ -200,10 +196,10 @@ async def _open_url(
                     on_eof=on_eof,
                 )
                 stack.push_async_exit(attempt.pop_all())
-                if (lane := lanes.get(id(attempt))) is not None:
+                if make is streamable and lane is not None:
                     lane.modern = link.era == "modern"
                     if (result := link.session.initialize_result) is not None and not lane.modern:
-                        lane.protocol_version = result.protocol_version  # negotiated (the era probe sent another)
+                        lane.protocol_version = result.protocol_version  # the negotiated version
                     if isinstance(link.channel, ModernChannel):
                         lane.param_headers = link.channel.param_headers
                     link.lane = lane

@@ -1,15 +1,15 @@
 """The relay's own way to a streamable HTTP server: a POST per `tools/call`, beside the SDK's transport.
 
-A `Lane` belongs to one streamable HTTP link (`connect.py` makes it when the relay can speak to the
-server: `http://` or `https://`, no OAuth, no proxy in the environment). It sends what the SDK's transport
-would send for the same call: the link's static headers, the session id and negotiated version the
-SDK's own requests carry (handshake era: `note_request` reads them off the SDK's requests), or the
-2026 routing headers (`MCP-Protocol-Version` of the call's envelope, `Mcp-Method`, `Mcp-Name`, and
-the `Mcp-Param-*` mirrors the SDK session derives from the tool's schema). The answer, a JSON body
-or a server-sent event stream, is read message by message (each bounded by `max_message_mb`) and
-handed to the relay; what the relay does not take (a server's request to the client, a notification
-about something else) goes into the SDK session's own read stream (`session_inbox`), which answers it as if
-its transport had read it.
+A `Lane` belongs to one streamable HTTP link (`connect.py` makes it when the relay can speak to
+the server: `http://` or `https://`, no OAuth, no proxy in the environment). It sends what the
+SDK's transport would send for the same call: the link's static headers, and in the handshake era
+the session id (`note_response` reads it off the answer to `initialize`) and the negotiated version,
+or in the 2026 era the routing headers (`MCP-Protocol-Version` of the call's envelope,
+`Mcp-Method`, `Mcp-Name`, and the `Mcp-Param-*` mirrors of omega's `ModernChannel`). The answer, a
+JSON body or a server-sent event stream, is read message by message (each bounded by
+`max_message_mb`) and handed to the relay; what the relay does not take (a server's request to the
+client, a notification about something else) goes into the SDK session's own read stream
+(`session_inbox`), which answers it as if its transport had read it.
 
 A status the SDK's transport turns into a JSON-RPC error is turned into the same error here
 (`Refusal`: the same codes and words), so a relayed call fails as the SDK path fails it.
@@ -80,17 +80,8 @@ class Lane:
         self.param_headers: Callable[[str, Mapping[str, Any]], dict[str, str]] = lambda name, arguments: {}
         self.session_inbox: MemoryObjectSendStream[SessionMessage | Exception] | None = None
 
-    def note_request(self, request: httpx2.Request) -> None:
-        """The SDK's own requests carry the session's id and version: the relay's POSTs send the same."""
-        session_id = request.headers.get(_SESSION_HEADER)
-        if session_id:
-            self.session_id = session_id
-        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        if version and not self.modern:
-            self.protocol_version = version
-
     def note_response(self, response: httpx2.Response) -> None:
-        """The session id comes first in the answer to `initialize`, before the SDK sends it."""
+        """The session id, from the answer to `initialize` (the SDK's client sends it from then on)."""
         session_id = response.headers.get(_SESSION_HEADER)
         if session_id:
             self.session_id = session_id
@@ -253,9 +244,9 @@ def _check(response: Response, kind: str) -> None:
 
 
 class ServerSentEvents:
-    """Server-sent events, fed bytes as they come: the data of each `message` event with data (as the SDK's
-    transport, an event with empty data is skipped), and the
-    last event id and `retry:` seen (to resume a stream that ends early)."""
+    """Server-sent events, fed bytes as they come: the data of each `message` event with data (as the
+    SDK's transport, an event with empty data is skipped), and the last event id and `retry:` seen (to
+    resume a stream that ends early)."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
