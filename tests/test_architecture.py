@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "src" / "omega_mcp"
-MAX_LINES = 450
+MAX_LINES = 800  # the hard limit (STYLE: split before 800); ~400 is a target, never a rule
 SANDBOX = "omega_mcp.sandbox"
 SDK_PACKAGES = frozenset({"mcp", "mcp_types"})
 
