@@ -6,6 +6,45 @@ from pathlib import Path
 import pytest
 
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import FACTOR, scaled
+
+E2E_MODULES = frozenset(
+    {
+        # End-to-end scenarios: real third-party parts (the conformance suite, HAProxy, npm and PyPI
+        # servers, a built wheel) or whole CLI sessions. `dev.py test -m "not e2e"` leaves them out.
+        "tests/conformance/test_client_conformance.py",
+        "tests/conformance/test_server_conformance.py",
+        "tests/deploy/test_replicas.py",
+        "tests/deploy/test_recipes.py",
+        "tests/test_install.py",
+        "tests/proxy/test_confined_real_servers.py",
+        "tests/agent/test_cli_e2e.py",
+        "tests/agent/test_cli_stream_e2e.py",
+        "tests/agent/test_interactive_pty.py",
+    }
+)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `e2e` marker and scale pytest-timeout's bound by the suite's one time factor
+    (`waits.FACTOR`), unless `--timeout` was given."""
+    config.addinivalue_line("markers", "e2e: a slow end-to-end scenario (real third-party parts or whole CLI runs)")
+    if config.getoption("timeout", None) is None:
+        ini = config.getini("timeout")
+        if ini:
+            config.option.timeout = scaled(float(ini))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the end-to-end modules, and scale each explicit `timeout` marker like every other bound."""
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix() in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and marker.args and FACTOR != 1:
+            item.add_marker(pytest.mark.timeout(scaled(float(marker.args[0]))), append=False)
 
 
 @pytest.fixture
