@@ -39,20 +39,22 @@ from typing import Any
 import anyio
 import anyio.abc
 import h11
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
-from omega_mcp.fastpath.envelope import RESERVED_META, VERSION_KEY, askable, enveloped, log_level_of
-from omega_mcp.jsonline import encode_line
 from omega_mcp.loglevels import allows
 from omega_mcp.narrow import as_object, object_or_none
-from omega_mcp.oversize import is_too_large
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
-from omega_mcp.proxy.http_lane import Lane, Refusal, TooLong
+from omega_mcp.proxy.http_lane import Lane, Refusal
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import checked_wire, error_wire, invalid_result, modern_complete
 from omega_mcp.toolbox import Toolbox
+from omega_mcp.wire.envelope import RESERVED_META, VERSION_KEY, askable, enveloped, log_level_of
+from omega_mcp.wire.jsonline import encode_line
+from omega_mcp.wire.oversize import is_too_large
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
+from omega_mcp.wire.sse import TooLong
 
 __all__ = ["Relay"]
 
@@ -69,7 +71,7 @@ class _Call:
     tool_name: str
     session: DownstreamSession
     timeout: float
-    pipes: tuple[PipeReader, PipeWriter] | None
+    pipes: tuple[PipeReader[Any], PipeWriter[Any]] | None
     """A stdio server's pipes; None: an HTTP server's `lane`, one POST per call."""
     lane: Lane | None = None
     scope: anyio.CancelScope | None = None
@@ -87,7 +89,7 @@ class _Call:
         return self.session.spec.max_message_bytes
 
     @property
-    def source(self) -> PipeReader | Lane | None:
+    def source(self) -> PipeReader[Any] | Lane | None:
         """Where its answer comes from (a server's log message there is this call's too)."""
         return self.pipes[0] if self.pipes is not None else self.lane
 
@@ -99,7 +101,7 @@ class Relay:
         self,
         toolbox: Toolbox,
         downstreams: Downstreams,
-        client: PipeWriter,
+        client: PipeWriter[Any],
         task_group: anyio.abc.TaskGroup,
         *,
         server_info: dict[str, Any] | None = None,
@@ -120,7 +122,7 @@ class Relay:
         self._ready = False
         self._calls: dict[str, _Call] = {}
         self._hooked: set[int] = set()  # the server pipes whose answers the relay looks at first
-        self._writers: list[PipeWriter] = []  # the server pipes it writes to (a closed one is dropped)
+        self._writers: list[PipeWriter[Any]] = []  # the server pipes it writes to (a closed one is dropped)
         self._by_client: dict[Any, str] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
@@ -136,7 +138,12 @@ class Relay:
             if self._ready:
                 return self._call(message)
             params = object_or_none(message.get("params"))
-            return not self._handshake and params is not None and enveloped(params) and self._call(message, True)
+            return (
+                not self._handshake
+                and params is not None
+                and enveloped(params, MODERN_PROTOCOL_VERSIONS)
+                and self._call(message, True)
+            )
         if method == "notifications/cancelled":
             return self._client_cancelled(message)
         if method == "initialize":
@@ -200,7 +207,7 @@ class Relay:
         relay_id: str,
         call: _Call,
         session: DownstreamSession,
-        pipes: tuple[PipeReader, PipeWriter],
+        pipes: tuple[PipeReader[Any], PipeWriter[Any]],
         request: dict[str, Any],
     ) -> None:
         self._hook(session, pipes)
@@ -229,19 +236,19 @@ class Relay:
         self._cancel_downstream(call, relay_id, "cancelled by the client")
         return True
 
-    def downstream_congested(self) -> PipeWriter | None:
+    def downstream_congested(self) -> PipeWriter[Any] | None:
         """A server pipe with more than a bounded backlog (the client's calls wait for it), or None."""
         for writer in self._writers:
             if writer.congested:
                 return writer
         return None
 
-    def _client_congested(self) -> PipeWriter | None:
+    def _client_congested(self) -> PipeWriter[Any] | None:
         return self._client if self._client.congested else None
 
     # -- from the servers --------------------------------------------------------------------
 
-    def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader, PipeWriter]) -> None:
+    def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader[Any], PipeWriter[Any]]) -> None:
         """Install the answer hook on a server's pipe (once per link; restarts get new pipes)."""
         reader = pipes[0]
         if id(reader) in self._hooked:
@@ -297,7 +304,7 @@ class Relay:
             call.session.lose("the server closed the connection")
             self._finish(relay_id, error_wire(went_away(server, tool, remote=True)))
 
-    def _from_server(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
+    def _from_server(self, message: dict[str, Any], reader: PipeReader[Any] | Lane) -> bool:
         request_id = message.get("id")
         if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
             call = self._calls.get(request_id)
@@ -344,7 +351,7 @@ class Relay:
             )
         return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
 
-    def _log(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
+    def _log(self, message: dict[str, Any], reader: PipeReader[Any] | Lane) -> bool:
         """A server's log message while relayed calls run there: the client's, at the level it asked for."""
         params = as_object(message.get("params"))
         level = params.get("level")

@@ -25,11 +25,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from omega_mcp.errors import DownstreamRefusedError
-from omega_mcp.oversize import is_too_large, limit_text
 from omega_mcp.proxy.modern import RESERVED_META
 from omega_mcp.proxy.oauth import step_up_needed
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
+from omega_mcp.wire.oversize import is_too_large, limit_text
 
 __all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
 

@@ -6,7 +6,7 @@ servers goes through the relay (`fastpath/relay.py`), which `serve_streams(relay
 
 The SDK's `stdio_server` reads and writes through worker threads (one hop per line read, two per
 message written), which is most of what a proxy hop costs. Here the pipes are non-blocking file
-descriptors read and written by `pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
+descriptors read and written by `wire.pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
 the wire moves to private descriptors while serving: fd 0 reads /dev/null and fd 1 goes to
 stderr, so a stray `print` or a child process cannot corrupt the protocol; both are restored on
 exit. Regular files work too (they never block, so they are never polled). Only for anything else
@@ -24,17 +24,18 @@ import os
 import stat
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from mcp import types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from omega_mcp._sdk import ReadStream, Streams, WriteStream
+from omega_mcp._sdk import SESSION_MESSAGES, ReadStream, Streams, WriteStream
 from omega_mcp.fastpath.relay import Relay
-from omega_mcp.oversize import Oversize, limit_text
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.server.server import OmegaServer
+from omega_mcp.wire.oversize import Oversize, limit_text
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["run_stdio", "serve_streams", "stdio_streams"]
 
@@ -71,7 +72,10 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
     finally:
         os.close(devnull)
     blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
-    reader, writer = PipeReader(wire_in, label="[client]"), PipeWriter(wire_out, label="[client]")
+    reader, writer = (
+        PipeReader(wire_in, SESSION_MESSAGES, label="[client]"),
+        PipeWriter(wire_out, SESSION_MESSAGES, label="[client]"),
+    )
     try:
         yield reader, writer
     finally:
@@ -87,7 +91,7 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
         os.close(wire_out)
 
 
-def _too_long(reader: PipeReader, writer: PipeWriter, limit: int) -> None:
+def _too_long(reader: PipeReader[Any], writer: PipeWriter[Any], limit: int) -> None:
     """Bound what one client message may take: a longer request is answered with an error, the rest dropped."""
 
     async def oversized(oversize: Oversize) -> None:

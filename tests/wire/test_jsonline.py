@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from omega_mcp.jsonline import decode, encode_line
+from omega_mcp.wire.jsonline import decode, encode_line
 
 SAMPLES = [
     b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{"x":[1,2.5,null,true]}}}',
