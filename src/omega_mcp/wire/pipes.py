@@ -132,6 +132,9 @@ class PipeReader(MessageReadStream[M]):
         """The line over the bound being dropped as it arrives (its head and tail are kept)."""
         self.oversize: OversizeHook | None = None
         self.take: Take | None = None
+        self.unreadable: Callable[[str], None] | None = None
+        """Told of each line that is no JSON object (not JSON, bad UTF-8, nested too deeply, an array...),
+        why in words, after it was dropped: the serving side answers it with a parse error."""
         self.congested: Callable[[], PipeWriter[Any] | None] | None = None
         """Where `take` writes, a writer with more than a bounded backlog (None: none is): `take` is then
         not offered more until `receive()` has waited for that writer to drain (backpressure)."""
@@ -294,7 +297,7 @@ class PipeReader(MessageReadStream[M]):
             if isinstance(line, _Decoded):
                 return self.codec.from_object(line.message)
             return self._next(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # a model nested deeper than validation recurses
             return self._invalid(line, exc)
 
     def _next(self, line: bytes) -> M | None:
@@ -307,10 +310,22 @@ class PipeReader(MessageReadStream[M]):
             return None
         return self.codec.from_object(decoded)
 
-    def _invalid(self, line: bytes | _Decoded, exc: Exception) -> Exception:
-        shown = line if isinstance(line, bytes) else encode_line(line.message)
-        logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, shown)
-        return exc
+    def _invalid(self, line: bytes | _Decoded, exc: Exception) -> Exception | None:
+        """A line that is not a JSON-RPC message: dropped with a warning, and a line that is no JSON object at
+        all told to `unreadable` (else, as a JSON object the SDK could not read, handed to it as `exc`)."""
+        why = _unreadable(line)
+        shown = line if isinstance(line, bytes) else _shown(line.message)
+        if why is None:
+            logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, shown)
+            return exc
+        logger.warning("%s ignoring a line that is %s: %.200r", self.label, why, shown)
+        if self.unreadable is None:
+            return exc
+        try:
+            self.unreadable(why)
+        except Exception:  # boundary: a hook bug must not end the connection
+            logger.exception("%s unreadable hook failed", self.label)
+        return None
 
     async def _instead(self, oversize: Oversize) -> M | Exception | None:
         """What the hook delivers in place of a line over the bound (None: nothing)."""
@@ -325,7 +340,7 @@ class PipeReader(MessageReadStream[M]):
         line = encode_line(replacement)
         try:
             return self._next(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # a model nested deeper than validation recurses
             return self._invalid(line, exc)
 
     def _skip(self, chunk: bytes) -> bytes:
@@ -485,3 +500,22 @@ class PipeWriter(Closing, Generic[M]):
     async def aclose(self) -> None:
         self._closed = True
         self.detach()
+
+
+def _shown(decoded: object) -> bytes:
+    try:
+        return encode_line(decoded)[:200]
+    except (ValueError, RecursionError):
+        return b"(a line that cannot be shown)"
+
+
+def _unreadable(line: bytes | _Decoded) -> str | None:
+    """Why `line` is no JSON object, in words (None: it is one)."""
+    if isinstance(line, _Decoded):
+        decoded = line.message
+    else:
+        try:
+            decoded = decode(line)
+        except ValueError as exc:
+            return f"not JSON ({str(exc)[:120]})"
+    return None if isinstance(decoded, dict) else "not a JSON object"
