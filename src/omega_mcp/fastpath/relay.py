@@ -11,7 +11,8 @@ pipe's `take`), otherwise untouched. To a streamable HTTP server (one the relay 
 body or an event stream) are handled as a pipe's are; what the relay does not take goes to the SDK
 session, which answers a server's request as its own transport would have. Progress tokens and
 `notifications/cancelled` are mapped both ways, the server's `timeout` cancels downstream and
-answers isError, and a server that dies fails its pending calls. A 2026-07-28 client's call (no
+answers isError, and a server that dies fails its pending calls; what the client gets for each
+answer or failure is `proxy/outcome.py`'s decision, the rule `forward_call` applies too. A 2026-07-28 client's call (no
 handshake: its `_meta` names the version, client info and capabilities) goes to a 2026-era server as
 it is, envelope, input-required rounds and all, and comes back as it is; to a handshake-era server
 it is relayed only when the client can be asked nothing and it is no round's retry (else the bridge

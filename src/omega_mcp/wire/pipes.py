@@ -15,8 +15,10 @@ before, and a message never overtakes an earlier one. One reader at a time. A re
 one message may take (`max_message_bytes`): a longer line is never held. With an `oversize` hook
 the reader drops it as it reads (keeping its head and tail, `oversize.py`) and the hook says what
 stands in for it (an error answer for that request only); without one, the line ends the stream,
-with `overflow` saying so. A regular file (or `/dev/null`), which cannot be polled and never
-blocks, is simply read when the buffer is empty.
+with `overflow` saying so. A line nobody can decode (bad JSON or UTF-8, nested too deeply, no
+object) is dropped with a warning and told to the `unreadable` hook (the serving side answers it
+with a parse error); reading goes on. A regular file (or `/dev/null`), which cannot be polled and
+never blocks, is simply read when the buffer is empty.
 
 The writer writes in the caller's turn what the pipe takes (`send_nowait`, or `send` / `send_raw`
 for the SDK and other tasks) and the rest as the pipe drains, from a writability callback, in order;
