@@ -106,6 +106,37 @@ async def test_lines_that_are_not_json_rpc_reach_the_sdk_as_errors_and_the_rest_
         reader.detach()
 
 
+async def test_a_line_nested_too_deeply_is_told_to_unreadable_and_reading_goes_on() -> None:
+    """Before, the decoder's RecursionError escaped the readiness callback and nothing was read again."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    unreadable: list[str] = []
+    taken: list[object] = []
+
+    def take(message: dict[str, Any]) -> bool:
+        if message.get("method") != "tools/call":
+            return False
+        taken.append(message["id"])
+        return True
+
+    def write_all(data: bytes, fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    with _pipe() as (read_fd, write_fd):
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
+        reader.take, reader.unreadable = take, unreadable.append
+        data = deep + b"\n" + b"[1, 2]\n" + _line(_call(1)) + _line(_ping(2))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, write_all, data, write_fd)  # more than the pipe holds
+            with anyio.fail_after(10):
+                received = await reader.receive()
+        assert _id(received) == 2
+        assert taken == [1]
+        assert unreadable == ["not JSON (nested too deeply)", "not a JSON object"]
+        reader.detach()
+
+
 async def test_a_failing_take_hook_passes_the_message_to_the_sdk() -> None:
     with _pipe() as (read_fd, write_fd):
         reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
