@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "src" / "omega_mcp"
 MAX_LINES = 800  # the hard limit (STYLE: split before 800); ~400 is a target, never a rule
 SANDBOX = "omega_mcp.sandbox"
+WIRE = "omega_mcp.wire"
+ABOVE_WIRE = ("omega_mcp.proxy", "omega_mcp.fastpath", "omega_mcp.server")
 SDK_PACKAGES = frozenset({"mcp", "mcp_types"})
 
 
@@ -264,6 +266,30 @@ def test_the_sandbox_never_imports_the_sdk() -> None:
     assert not offenders, "the sandbox imports the MCP SDK:\n" + "\n".join(offenders)
 
 
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_wire_layer_is_below_proxy_and_fastpath_and_free_of_the_sdk() -> None:
+    """wire/ moves bytes and JSON dicts: no wire module reaches the MCP SDK or `proxy/`, `fastpath/` or
+    `server/`, directly or through another omega_mcp module (SDK types only at the hand-over, above it)."""
+    package = omega()
+    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] in SDK_PACKAGES}
+    everything = set(package.modules)
+    offenders: list[str] = []
+    for name in sorted(package.modules):
+        if not _within(name, WIRE):
+            continue
+        reached = _reachable(package.graph, name)
+        for user in sorted(reached & sdk_users.keys()):
+            chain = _shortest_path(package.graph, name, user, everything)
+            found = sdk_users[user]
+            offenders.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
+        for above in sorted(m for m in reached if any(_within(m, layer) for layer in ABOVE_WIRE)):
+            offenders.append(" -> ".join(_shortest_path(package.graph, name, above, everything)))
+    assert not offenders, "wire/ must stay below proxy/, fastpath/ and the SDK:\n" + "\n".join(offenders)
+
+
 def test_no_module_is_longer_than_the_limit() -> None:
     lengths = {
         module.path.relative_to(ROOT): len(module.path.read_text(encoding="utf-8").splitlines())
@@ -293,14 +319,14 @@ def test_the_search_index_is_pure_python_without_mcp_or_io() -> None:
 
 
 def _unit(package: Scan, name: str) -> str:
-    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.pipes`) a module belongs to."""
+    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.narrow`) a module belongs to."""
     parts = name.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 else name
 
 
 def test_no_two_packages_import_each_other() -> None:
     """Packages are layers: `fastpath/` may use `proxy/`, never the other way round (their shared pipe
-    framing lives below both, in `omega_mcp.pipes`)."""
+    framing lives below both, in `omega_mcp.wire.pipes`)."""
     package = omega()
     edges: dict[str, set[str]] = {}
     for importer, targets in package.graph.items():

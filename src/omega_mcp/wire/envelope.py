@@ -1,10 +1,13 @@
-"""The 2026-era request envelope as the relay reads it: in `params._meta`, under the reserved prefix."""
+"""The 2026-era request envelope as the relay reads it: in `params._meta`, under the reserved prefix.
+
+Plain dict reading: which versions count as the 2026 era is the SDK's to say, so the caller passes
+them (`mcp_types.version.MODERN_PROTOCOL_VERSIONS`) and this module imports no SDK.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
-
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.narrow import as_object, object_or_none
 
@@ -16,10 +19,11 @@ ENVELOPE_KEYS = (f"{RESERVED_META}clientInfo", f"{RESERVED_META}clientCapabiliti
 LOG_LEVEL_KEY = f"{RESERVED_META}logLevel"
 
 
-def enveloped(params: dict[str, Any]) -> bool:
-    """Whether `params` carry a complete 2026-era envelope of a version the SDK serves."""
+def enveloped(params: dict[str, Any], versions: Collection[str]) -> bool:
+    """Whether `params` carry a complete 2026-era envelope of one of `versions` (those the SDK serves)."""
     meta = object_or_none(params.get("_meta"))
-    if meta is None or meta.get(VERSION_KEY) not in MODERN_PROTOCOL_VERSIONS:
+    version = meta.get(VERSION_KEY) if meta is not None else None
+    if meta is None or not isinstance(version, str) or version not in versions:
         return False
     return all(object_or_none(meta.get(key)) is not None for key in ENVELOPE_KEYS)
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from omega_mcp.jsonline import decode, encode_line
+from omega_mcp.wire.jsonline import decode, encode_line
 
 SAMPLES = [
     b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{"x":[1,2.5,null,true]}}}',
@@ -46,3 +46,15 @@ def test_encode_round_trips_to_the_same_value(line: bytes) -> None:
 def test_encode_writes_a_lone_surrogate_as_an_escape() -> None:
     encoded = encode_line({"s": "\ud800"})
     assert encoded == b'{"s":"\\ud800"}\n'
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_a_line_nested_too_deeply_is_a_value_error_never_a_recursion_error(depth: int) -> None:
+    for line in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+        with pytest.raises(ValueError, match="nested too deeply"):
+            decode(line)
+
+
+def test_bad_utf8_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        decode(b'{"a": "\xff"}')

@@ -14,7 +14,8 @@ import anyio
 import pytest
 from mcp.shared.message import SessionMessage
 
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp._sdk import SESSION_MESSAGES
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 
 @contextmanager
@@ -58,7 +59,7 @@ async def test_take_handles_messages_as_they_arrive_without_anyone_receiving() -
         return True
 
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         reader.take = take
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.receive)  # parks: the callback is watching from now on
@@ -74,7 +75,7 @@ async def test_take_handles_messages_as_they_arrive_without_anyone_receiving() -
 async def test_a_message_take_leaves_holds_back_the_ones_after_it_until_the_sdk_has_it() -> None:
     taken: list[object] = []
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
 
         def take(message: dict[str, Any]) -> bool:
             if message["method"] != "tools/call":
@@ -95,7 +96,7 @@ async def test_a_message_take_leaves_holds_back_the_ones_after_it_until_the_sdk_
 
 async def test_lines_that_are_not_json_rpc_reach_the_sdk_as_errors_and_the_rest_goes_on() -> None:
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         reader.take = lambda message: False
         os.write(write_fd, b"not json\n" + _line({"jsonrpc": "2.0", "no": "method"}) + _line(_ping(7)))
         with anyio.fail_after(5):
@@ -105,9 +106,40 @@ async def test_lines_that_are_not_json_rpc_reach_the_sdk_as_errors_and_the_rest_
         reader.detach()
 
 
+async def test_a_line_nested_too_deeply_is_told_to_unreadable_and_reading_goes_on() -> None:
+    """Before, the decoder's RecursionError escaped the readiness callback and nothing was read again."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    unreadable: list[str] = []
+    taken: list[object] = []
+
+    def take(message: dict[str, Any]) -> bool:
+        if message.get("method") != "tools/call":
+            return False
+        taken.append(message["id"])
+        return True
+
+    def write_all(data: bytes, fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    with _pipe() as (read_fd, write_fd):
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
+        reader.take, reader.unreadable = take, unreadable.append
+        data = deep + b"\n" + b"[1, 2]\n" + _line(_call(1)) + _line(_ping(2))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, write_all, data, write_fd)  # more than the pipe holds
+            with anyio.fail_after(10):
+                received = await reader.receive()
+        assert _id(received) == 2
+        assert taken == [1]
+        assert unreadable == ["not JSON (nested too deeply)", "not a JSON object"]
+        reader.detach()
+
+
 async def test_a_failing_take_hook_passes_the_message_to_the_sdk() -> None:
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
 
         def broken(message: dict[str, Any]) -> bool:
             raise RuntimeError("bug")
@@ -121,7 +153,7 @@ async def test_a_failing_take_hook_passes_the_message_to_the_sdk() -> None:
 
 async def test_end_of_stream_after_the_last_line_even_without_a_newline() -> None:
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         os.write(write_fd, _line(_ping(1)) + json.dumps(_ping(2)).encode())
         os.close(write_fd)
         with anyio.fail_after(5):
@@ -133,7 +165,7 @@ async def test_end_of_stream_after_the_last_line_even_without_a_newline() -> Non
 
 async def test_abort_delivers_what_is_in_the_pipe_then_ends_a_parked_receive() -> None:
     with _pipe() as (read_fd, write_fd):
-        reader = PipeReader(read_fd, label="t")
+        reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         got: list[object] = []
         first, ended = anyio.Event(), anyio.Event()
 
@@ -165,7 +197,7 @@ async def test_a_regular_file_is_read_though_it_cannot_be_polled(tmp_path: Path)
     path.write_bytes(_line(_ping(1)) + _line(_ping(2)))
     fd = os.open(path, os.O_RDONLY)
     try:
-        reader = PipeReader(fd, label="t")
+        reader = PipeReader(fd, SESSION_MESSAGES, label="t")
         reader.take = lambda message: message["id"] == 1
         with anyio.fail_after(5):
             assert _id(await reader.receive()) == 2
@@ -177,7 +209,7 @@ async def test_a_regular_file_is_read_though_it_cannot_be_polled(tmp_path: Path)
 
 async def test_a_writer_behind_a_full_pipe_delivers_everything_in_order() -> None:
     with _pipe() as (read_fd, write_fd):
-        writer = PipeWriter(write_fd, label="t")
+        writer = PipeWriter(write_fd, SESSION_MESSAGES, label="t")
         messages = [_line({"jsonrpc": "2.0", "method": "n", "params": {"i": i, "pad": "x" * 1000}}) for i in range(300)]
         for data in messages:  # about 300 KB: far more than a pipe holds
             writer.send_nowait(data)
@@ -197,7 +229,7 @@ async def test_a_writer_whose_reader_is_gone_raises_and_then_stays_closed() -> N
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
     try:
-        writer = PipeWriter(write_fd, label="t")
+        writer = PipeWriter(write_fd, SESSION_MESSAGES, label="t")
         with pytest.raises(anyio.BrokenResourceError):
             writer.send_nowait(_line(_ping(1)))
         with pytest.raises(anyio.ClosedResourceError):
@@ -214,7 +246,10 @@ async def test_take_stops_reading_while_where_it_writes_is_congested() -> None:
         _line({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"pad": "x" * 2000}}) for i in range(3000)
     ]
     with _pipe() as (in_read, in_write), _pipe() as (out_read, out_write):
-        reader, writer = PipeReader(in_read, label="in"), PipeWriter(out_write, label="out")
+        reader, writer = (
+            PipeReader(in_read, SESSION_MESSAGES, label="in"),
+            PipeWriter(out_write, SESSION_MESSAGES, label="out"),
+        )
         reader.take = lambda message: writer.send_nowait(json.dumps(message).encode() + b"\n") is None
         reader.congested = lambda: writer if writer.congested else None
         fed = anyio.Event()

@@ -15,12 +15,18 @@ before, and a message never overtakes an earlier one. One reader at a time. A re
 one message may take (`max_message_bytes`): a longer line is never held. With an `oversize` hook
 the reader drops it as it reads (keeping its head and tail, `oversize.py`) and the hook says what
 stands in for it (an error answer for that request only); without one, the line ends the stream,
-with `overflow` saying so. A regular file (or `/dev/null`), which cannot be polled and never
-blocks, is simply read when the buffer is empty.
+with `overflow` saying so. A line nobody can decode (bad JSON or UTF-8, nested too deeply, no
+object) is dropped with a warning and told to the `unreadable` hook (the serving side answers it
+with a parse error); reading goes on. A regular file (or `/dev/null`), which cannot be polled and
+never blocks, is simply read when the buffer is empty.
 
-The writer (`pipewriter.PipeWriter`, re-exported here) writes what the pipe takes at once and the
-rest from a writability callback, in order. Before the descriptors are closed, `detach()` takes
-their callbacks off the loop.
+The writer writes in the caller's turn what the pipe takes (`send_nowait`, or `send` / `send_raw`
+for the SDK and other tasks) and the rest as the pipe drains, from a writability callback, in order;
+`send_raw` waits only while more than a bounded backlog is queued, and `congested` tells the relay
+to stop taking more for it (backpressure). Before the descriptors are closed, `detach()` takes their
+callbacks off the loop. Both are generic over the message type the SDK side reads and writes: a
+`Codec` handed in by the caller turns lines into those messages and back (`_sdk.SESSION_MESSAGES`
+for the SDK's `SessionMessage`), so this module itself deals in bytes and dicts only.
 """
 
 from __future__ import annotations
@@ -30,31 +36,62 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Self
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
-from mcp import types
-from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
-from omega_mcp.jsonline import decode, encode_line
 from omega_mcp.narrow import object_or_none
-from omega_mcp.oversize import HEAD, TAIL, Oversize, limit_text
-from omega_mcp.pipewriter import Closing, PipeWriter
-from omega_mcp.readiness import Watch
+from omega_mcp.wire.jsonline import decode, encode_line
+from omega_mcp.wire.oversize import HEAD, TAIL, Oversize, limit_text
+from omega_mcp.wire.readiness import Watch
 
-__all__ = ["MessageReadStream", "PipeReader", "PipeWriter"]
+__all__ = ["Closing", "Codec", "MessageReadStream", "PipeReader", "PipeWriter"]
 
 logger = logging.getLogger(__name__)
 
 _READ_SIZE = 1 << 16
 _FAIRNESS = 32  # messages delivered from the buffer before yielding to other tasks once
+_HIGH_WATER = 1 << 20  # bytes queued behind a full pipe before senders wait
+
+M = TypeVar("M")
+
+
+class Codec(Protocol[M]):
+    """How the SDK side's messages are read off a line and written to one (the hand-over to the SDK).
+
+    `from_json` and `from_object` raise ValueError (pydantic's ValidationError is one) for what is not
+    a message."""
+
+    def from_json(self, line: bytes, /) -> M: ...
+
+    def from_object(self, decoded: object, /) -> M: ...
+
+    def to_json(self, item: M, /) -> bytes: ...
+
 
 Take = Callable[[dict[str, Any]], bool]
 """Sees each decoded message before the SDK does (synchronously, in order); returns True when it took it."""
 OversizeHook = Callable[[Oversize], Awaitable[dict[str, Any] | None]]
 """Told of each line over the bound (after it was dropped); returns a message to deliver instead, or None."""
+
+
+class Closing:
+    """`async with` over `aclose()`: the context-manager half of the SDK's stream protocols, shared by
+    the writer and the read streams."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc_val: BaseException | None, exc_tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        return None
 
 
 @dataclass(slots=True)
@@ -64,27 +101,28 @@ class _Decoded:
     message: object
 
 
-class MessageReadStream(Closing):
+class MessageReadStream(Closing, Generic[M]):
     """The iteration and context-manager protocol of an SDK read stream, over `receive`/`aclose`."""
 
-    async def receive(self) -> SessionMessage | Exception:
+    async def receive(self) -> M | Exception:
         raise NotImplementedError
 
     def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> SessionMessage | Exception:
+    async def __anext__(self) -> M | Exception:
         try:
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
 
-class PipeReader(MessageReadStream):
+class PipeReader(MessageReadStream[M]):
     """Newline-delimited JSON-RPC messages from a non-blocking descriptor (not closed by us)."""
 
-    def __init__(self, fd: int, *, label: str = "", max_message_bytes: int | None = None) -> None:
+    def __init__(self, fd: int, codec: Codec[M], *, label: str = "", max_message_bytes: int | None = None) -> None:
         os.set_blocking(fd, False)
+        self.codec = codec
         self.fd = fd
         self.label = label
         self.max_message_bytes = max_message_bytes
@@ -96,7 +134,10 @@ class PipeReader(MessageReadStream):
         """The line over the bound being dropped as it arrives (its head and tail are kept)."""
         self.oversize: OversizeHook | None = None
         self.take: Take | None = None
-        self.congested: Callable[[], PipeWriter | None] | None = None
+        self.unreadable: Callable[[str], None] | None = None
+        """Told of each line that is no JSON object (not JSON, bad UTF-8, nested too deeply, an array...),
+        why in words, after it was dropped: the serving side answers it with a parse error."""
+        self.congested: Callable[[], PipeWriter[Any] | None] | None = None
         """Where `take` writes, a writer with more than a bounded backlog (None: none is): `take` is then
         not offered more until `receive()` has waited for that writer to drain (backpressure)."""
         self._eof = False
@@ -186,7 +227,7 @@ class PipeReader(MessageReadStream):
                 return
             lines.popleft()
 
-    def _blocked(self) -> PipeWriter | None:
+    def _blocked(self) -> PipeWriter[Any] | None:
         return self.congested() if self.congested is not None else None
 
     def _settle(self) -> None:
@@ -231,7 +272,7 @@ class PipeReader(MessageReadStream):
         finally:
             self._waiting = None
 
-    async def receive(self) -> SessionMessage | Exception:
+    async def receive(self) -> M | Exception:
         while True:
             if self._lines:
                 self._streak += 1
@@ -251,32 +292,44 @@ class PipeReader(MessageReadStream):
                 raise anyio.EndOfStream
             await self._wait()
 
-    async def _deliver(self, line: bytes | Oversize | _Decoded) -> SessionMessage | Exception | None:
+    async def _deliver(self, line: bytes | Oversize | _Decoded) -> M | Exception | None:
         if isinstance(line, Oversize):
             return await self._instead(line)
         try:
             if isinstance(line, _Decoded):
-                return SessionMessage(types.jsonrpc_message_adapter.validate_python(line.message, by_name=False))
+                return self.codec.from_object(line.message)
             return self._next(line)
-        except (ValidationError, ValueError) as exc:
+        except (ValueError, RecursionError) as exc:  # a model nested deeper than validation recurses
             return self._invalid(line, exc)
 
-    def _next(self, line: bytes) -> SessionMessage | None:
+    def _next(self, line: bytes) -> M | None:
         """The message on `line` for the SDK, or None when `take` took it (raises when it is not JSON-RPC)."""
         take = self.take
         if take is None:
-            return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+            return self.codec.from_json(line)
         decoded: object = decode(line)
         if self._taken(take, decoded):
             return None
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
+        return self.codec.from_object(decoded)
 
-    def _invalid(self, line: bytes | _Decoded, exc: Exception) -> Exception:
-        shown = line if isinstance(line, bytes) else encode_line(line.message)
-        logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, shown)
-        return exc
+    def _invalid(self, line: bytes | _Decoded, exc: Exception) -> Exception | None:
+        """A line that is not a JSON-RPC message: dropped with a warning, and a line that is no JSON object at
+        all told to `unreadable` (else, as a JSON object the SDK could not read, handed to it as `exc`)."""
+        why = _unreadable(line)
+        shown = line if isinstance(line, bytes) else _shown(line.message)
+        if why is None:
+            logger.warning("%s ignoring a line that is not JSON-RPC: %.200r", self.label, shown)
+            return exc
+        logger.warning("%s ignoring a line that is %s: %.200r", self.label, why, shown)
+        if self.unreadable is None:
+            return exc
+        try:
+            self.unreadable(why)
+        except Exception:  # boundary: a hook bug must not end the connection
+            logger.exception("%s unreadable hook failed", self.label)
+        return None
 
-    async def _instead(self, oversize: Oversize) -> SessionMessage | Exception | None:
+    async def _instead(self, oversize: Oversize) -> M | Exception | None:
         """What the hook delivers in place of a line over the bound (None: nothing)."""
         assert self.oversize is not None
         try:
@@ -289,7 +342,7 @@ class PipeReader(MessageReadStream):
         line = encode_line(replacement)
         try:
             return self._next(line)
-        except (ValidationError, ValueError) as exc:
+        except (ValueError, RecursionError) as exc:  # a model nested deeper than validation recurses
             return self._invalid(line, exc)
 
     def _skip(self, chunk: bytes) -> bytes:
@@ -350,3 +403,121 @@ class PipeReader(MessageReadStream):
     async def aclose(self) -> None:
         self._closed = True
         self._settle()
+
+
+class PipeWriter(Closing, Generic[M]):
+    """Newline-delimited JSON-RPC messages to a non-blocking descriptor (not closed by us)."""
+
+    def __init__(self, fd: int, codec: Codec[M], *, label: str = "") -> None:
+        os.set_blocking(fd, False)
+        self.codec = codec
+        self.fd = fd
+        self.label = label
+        self._backlog = bytearray()
+        self._drained = anyio.Event()
+        self._watch: Watch | None = None
+        self._closed = False
+
+    def _write(self, data: bytes | bytearray) -> int:
+        try:
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:  # the reader went away: nothing more can be delivered
+            logger.debug("%s write failed: %s", self.label, exc)
+            self._lost()
+            raise anyio.BrokenResourceError from exc
+
+    def _lost(self) -> None:
+        self._closed = True
+        self._backlog.clear()
+        self.detach()
+        self._drained.set()
+
+    async def send(self, item: M, /) -> None:
+        await self.send_raw(self.codec.to_json(item))
+
+    def send_nowait(self, data: bytes) -> None:
+        """Send one already-encoded message (a JSON object and its newline) without waiting.
+
+        What the pipe does not take now is written, in order, as it drains.
+
+        Raises:
+            anyio.ClosedResourceError: the writer was closed or aborted.
+            anyio.BrokenResourceError: the reader of the pipe went away.
+        """
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if self._backlog:
+            self._backlog += data  # keep the order: behind what is already waiting for the pipe
+            return
+        written = self._write(data)
+        if written < len(data):
+            self._backlog += data[written:]
+            if self._watch is None:
+                self._watch = Watch(self.fd, self._writable, writable=True)
+            self._watch.start()
+
+    async def send_raw(self, data: bytes) -> None:
+        """`send_nowait`, then wait while more than a bounded backlog is queued behind a full pipe."""
+        self.send_nowait(data)
+        await self.wait_drained()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the writer was closed or aborted, or its reader went away."""
+        return self._closed
+
+    @property
+    def congested(self) -> bool:
+        """Whether more than a bounded backlog waits for the pipe (senders should wait: `wait_drained`)."""
+        return len(self._backlog) > _HIGH_WATER
+
+    async def wait_drained(self) -> None:
+        """Wait until the backlog is no longer over the bound (or the writer is closed)."""
+        while self.congested and not self._closed:
+            await self._drained.wait()
+
+    def _writable(self) -> None:
+        """The writability callback: write what the pipe takes of the backlog."""
+        try:
+            del self._backlog[: self._write(self._backlog)]
+        except anyio.BrokenResourceError:
+            return
+        if not self._backlog:
+            self.detach()
+            self._drained.set()
+            self._drained = anyio.Event()
+
+    def detach(self) -> None:
+        """Stop watching the descriptor (before it is closed); a backlog then stays unwritten."""
+        if self._watch is not None:
+            self._watch.stop()
+
+    def abort(self) -> None:
+        """Stop writing (the reader is gone or we are shutting down); wakes senders waiting on the backlog."""
+        if not self._closed:
+            self._lost()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self.detach()
+
+
+def _shown(decoded: object) -> bytes:
+    try:
+        return encode_line(decoded)[:200]
+    except (ValueError, RecursionError):
+        return b"(a line that cannot be shown)"
+
+
+def _unreadable(line: bytes | _Decoded) -> str | None:
+    """Why `line` is no JSON object, in words (None: it is one)."""
+    if isinstance(line, _Decoded):
+        decoded = line.message
+    else:
+        try:
+            decoded = decode(line)
+        except ValueError as exc:
+            return f"not JSON ({str(exc)[:120]})"
+    return None if isinstance(decoded, dict) else "not a JSON object"

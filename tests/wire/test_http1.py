@@ -1,4 +1,5 @@
-"""The relay's HTTP/1.1 client (`http1.py`) and its HTTP lane (`proxy/http_lane.py`), against a raw server.
+"""The relay's HTTP/1.1 client (`wire/http1.py`), its event reader (`wire/sse.py`) and its HTTP lane
+(`proxy/http_lane.py`), against a raw server.
 
 The server here is a loopback TCP listener that reads each request (head and `Content-Length`
 body) and writes a canned answer, so what goes over the wire, how many connections are made and
@@ -22,8 +23,9 @@ import pytest
 from anyio.streams.tls import TLSListener
 from mcp import types
 
-from omega_mcp.http1 import Http1Pool, speakable
-from omega_mcp.proxy.http_lane import Lane, Refusal, ServerSentEvents, TooLong, lane_for
+from omega_mcp.proxy.http_lane import Lane, Refusal, lane_for
+from omega_mcp.wire.http1 import Http1Pool, speakable
+from omega_mcp.wire.sse import ServerSentEvents, TooLong
 
 Answer = Callable[[bytes, bytes], bytes]
 """(request head, body) → the raw answer."""
