@@ -1,4 +1,4 @@
-"""A user install, as the README's Install section says: a wheel into a fresh venv, no dev extras.
+"""A user install, as docs/getting-started.md's Install section says: a wheel into a fresh venv, no dev extras.
 
 The wheel is built from this checkout and installed with pip into a new virtual environment
 (dependencies from the package index, as a user gets them). Then the example `servers.toml`

@@ -262,7 +262,7 @@ async def test_the_tools_can_neither_read_nor_change_the_token_record(policy: Sa
         text = result.content[0].text  # pyright: ignore[reportAttributeAccessIssue]
         assert result.is_error and "denied" in text and "SECRET-TOKEN" not in text
     bash_text = bash.content[0].text  # pyright: ignore[reportAttributeAccessIssue]
-    if mode != "rwx":  # rwx bash is unconfined by design (README: rwx hides nothing from bash)
+    if mode != "rwx":  # rwx bash is unconfined by design (docs/sandbox.md: rwx hides nothing from bash)
         assert "SECRET-TOKEN" not in bash_text and "exit=" in bash_text
     assert "SECRET-TOKEN" in path.read_text()  # unchanged
 

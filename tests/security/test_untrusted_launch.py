@@ -1,7 +1,7 @@
 """Nothing omega starts runs from a write root: code a model planted in the workspace never runs next.
 
 The attacks: a model writes `mcp_server_time.py` into the workspace, or a `node_modules/<pkg>` with
-a bin, and the user starts omega from the project (as Claude Code does) with the README's servers
+a bin, and the user starts omega from the project (as Claude Code does) with the documented servers
 (`${OMEGA_PYTHON} -m mcp_server_time`, `npx -y <pkg>`). Unconfined, in omega's cwd, the first
 imports the planted module and the second runs the planted bin, with the user's rights. Each planted
 file writes a marker outside the workspace; the marker must never appear, and the real server must

@@ -6,7 +6,7 @@ pass a transport factory instead (an in-process server's, for one). `tools` are 
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
 `usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
 invalid or missing `inputSchema`, an empty name, a name listed twice, or one that can only run as a
-task, which omega does not implement: README "Tasks") is skipped with a warning instead of taking
+task, which omega does not implement: docs/servers.md, "Transparency") is skipped with a warning instead of taking
 the whole server down.
 """
 
