@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -52,8 +53,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say once, at the end, why tests were skipped for want of the specs beside the checkout."""
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say once, at the end, the coverage total (`dev.py test` measures it) and why tests were skipped for
+    want of the specs beside the checkout."""
+    total = _coverage_total(config)
+    if total is not None:
+        terminalreporter.write_line(
+            f"coverage: {total:.1f}% of the statements of src/omega_mcp ran in these tests "
+            "(no threshold; per file: .venv/bin/coverage report)"
+        )
     skipped = [
         report for report in terminalreporter.stats.get("skipped", []) if "../shared/specs/" in str(report.longrepr)
     ]
@@ -61,9 +69,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"note: {len(skipped)} provider tests were skipped: they check omega's requests against the providers' "
             "official API specs, which live outside the repository in ../shared/specs/ beside this checkout "
-            "(see README, Development); everything else ran",
+            "(see CONTRIBUTING.md); everything else ran",
             yellow=True,
         )
+
+
+def _coverage_total(config: pytest.Config) -> float | None:
+    """The total of pytest-cov's combined data (every xdist worker's), or None when nothing was measured.
+
+    dev.py asks pytest-cov for no report of its own (`--cov-report=`): a report analyses every source
+    file again, which costs more than this one total; its `cov` object is the one its `cov` fixture gives.
+    """
+    plugin = config.pluginmanager.getplugin("_cov")
+    controller = getattr(plugin, "cov_controller", None)
+    cov = getattr(controller, "cov", None)
+    if cov is None or getattr(config, "workerinput", None) is not None:
+        return None
+    try:
+        return float(cov.report(output_format="total", file=io.StringIO(), ignore_errors=True))
+    except Exception:  # coverage's NoDataError (nothing measured) and any other reason not to report
+        return None
 
 
 @pytest.fixture
