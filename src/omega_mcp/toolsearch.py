@@ -25,9 +25,11 @@ from mcp import types
 from omega_mcp.errors import InvalidArgumentsError
 from omega_mcp.narrow import as_object
 from omega_mcp.search import SearchIndex, ToolDocument, Weights
+from omega_mcp.search.text import terms
 
 __all__ = [
     "AUTO_THRESHOLD_CHARS",
+    "BUILTIN_SERVER",
     "CALL_TOOL",
     "DEFAULT_ALWAYS_VISIBLE",
     "DEFAULT_LIMIT",
@@ -60,11 +62,15 @@ _KEEP_CANDIDATES = 500
 """How many ranked tools a search for a client with a profile looks through for the ones it may use."""
 AUTO_THRESHOLD_CHARS = 40_000
 """`auto` turns search on above this many characters of tool definitions (about 10,000 tokens)."""
-MIN_CONFIDENCE = 0.2
+MIN_CONFIDENCE = 0.05
 """Hits matching less than this idf-weighted share of the query's words are left out (bench/bench_search.py)."""
 WEAK_CONFIDENCE = 0.35
 """Below this, the best hit is announced as a weak guess: likely no tool fits."""
+SHORT_QUERY_WORDS = 4
+"""Up to this many words a query is keywords, held to the full cut; a longer one to a proportional part."""
 DEFAULT_ALWAYS_VISIBLE = ("bash", "read", "write", "edit", "bash_output", "kill_shell")
+BUILTIN_SERVER = "omega"
+"""The server a built-in tool's search result names: omega itself (no servers.toml key)."""
 _SELECT = "select:"
 _SUMMARY_CHARS = 200
 _SERVER_LIST_CHARS = 600
@@ -138,6 +144,13 @@ def _own_name(entry: Entry) -> str:
     return name[at + len(marker) :] if at >= 0 else name
 
 
+def _length_scale(query: str) -> float:
+    """How much of a query one tool can be expected to match: all of a few keywords, a part of a long
+    task (its steps are other tools' business). The confidence cut and the weak mark scale with it."""
+    words = len(set(terms(query)))
+    return min(1.0, SHORT_QUERY_WORDS / words) if words else 1.0
+
+
 def _fingerprint(entries: Sequence[Entry]) -> tuple[tuple[str, str | None, int], ...]:
     # Identity of the schema object: a server that re-lists its tools gets new objects (re-indexed),
     # a server left alone keeps them (kept). Cheap for thousands of tools.
@@ -204,11 +217,18 @@ class ToolFinder:
         with `keep` (a hub client's profile) the tools it refuses."""
         limit = max(1, min(limit, MAX_LIMIT))
         ranked = self.index.search(query, limit if keep is None else _KEEP_CANDIDATES)
-        hits = [h for h in ranked if h.confidence >= min_confidence]
+        scale = _length_scale(query)
+        hits = [h for h in ranked if h.confidence >= min_confidence * scale]
         if keep is not None:
             hits = [h for h in hits if keep(self._entries[h.document.name])][:limit]
         chosen = tuple(self._entries[h.document.name] for h in hits)
-        return Found(query, chosen, weak=bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE)
+        weak = bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE * scale
+        return Found(query, chosen, weak=weak)
+
+    def servers(self, query: str, limit: int = DEFAULT_LIMIT) -> list[str | None]:
+        """The servers best fitting `query`, best first (None: omega's built-ins)."""
+        ranked = self.index.search(query, 200)
+        return list(dict.fromkeys(h.document.server for h in ranked))[:limit]
 
     def select(
         self,
