@@ -48,6 +48,8 @@ _COMMON_SYNONYM = 0.03
 _COMMON_WORD = 0.08
 _COMMON_FLOOR = 300
 _SHORTLIST = 200
+_SERVER_EVIDENCE = 50  # the best tools whose scores add to their servers'
+_SERVER_DECAY = 0.5  # a server's k-th best tool adds this to the power k of its score
 
 
 def _idf(n: int, df: int) -> float:
@@ -86,6 +88,11 @@ class Weights:
     weak_match: float = 0.4
     """How much a query word found only in the long fields (description body, parameters) counts
     towards confidence, against 1 in the name, server, title or first sentence."""
+    server_tools: float = 1.0
+    """How much a server's best tools add to its score (against 1 for its coverage of the query)."""
+    server_lift: float = 1.0
+    """For a task (a query of more than `task_words` words): how much its best servers lift their tools."""
+    task_words: int = 4
     unseen: float = 1.0
     """How much a query word no tool has counts against confidence (times the highest idf)."""
 
@@ -147,6 +154,8 @@ class _Segment:
     length_sums: tuple[int, ...]
     impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
     """term → the impact of each of its documents (as in `counts`) for the current field averages."""
+    best: dict[str, float] = field(default_factory=dict[str, float])
+    """term → its highest impact in this segment: how well the server as a whole covers the term."""
     base: int = 0
     """The global number of its first document (documents are numbered in segment order)."""
 
@@ -295,6 +304,7 @@ class SearchIndex:
                 append(found)
             impacts[word] = array("d", values)
         segment.impacts = impacts
+        segment.best = {word: max(values) for word, values in impacts.items()}
 
     def search(self, query: str, limit: int = 5) -> list[Hit]:
         """The best `limit` tools for `query`, best first; tools matching no query word are left out.
@@ -309,12 +319,7 @@ class SearchIndex:
         w = self.weights
         n = self._count
         dfs = self._dfs
-        weights: dict[str, float] = {}
-        for word in primary:
-            weights[word] = weights.get(word, 0.0) + 1.0
-        for word in expansions(primary):
-            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
-                weights[word] = max(weights.get(word, 0.0), w.synonym)
+        weights = self._query_weights(primary)
         idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
         common = max(_COMMON_WORD * n, _COMMON_FLOOR)
         walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
@@ -358,10 +363,84 @@ class SearchIndex:
             extra[number] = extra.get(number, 0.0) + w.name_bonus * covered * covered
         for number, more in extra.items():
             scores[number] *= 1.0 + more
+        if w.server_lift and len(set(primary)) > w.task_words:
+            self._server_lift(scores, touched, weights)
         best = heapq.nlargest(limit, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
         unseen = _idf(n, 0) * w.unseen
         total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
         return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
+
+    def _query_weights(self, primary: list[str]) -> dict[str, float]:
+        """Each query word at weight 1 (more if repeated), its synonyms the index has at `synonym`."""
+        n, dfs = self._count, self._dfs
+        weights: dict[str, float] = {}
+        for word in primary:
+            weights[word] = weights.get(word, 0.0) + 1.0
+        for word in expansions(primary):
+            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
+                weights[word] = max(weights.get(word, 0.0), self.weights.synonym)
+        return weights
+
+    def rank_servers(self, query: str, limit: int = 5) -> list[tuple[str | None, float]]:
+        """The servers best fitting `query`, best first, with their scores (None: the built-ins).
+
+        A server is scored as one document of all its tools: each query word counts with its rarity
+        among the servers times its best impact in any of the server's tools, so a server covering
+        several steps of a task (each in another tool) outranks one whose single tool repeats a word;
+        then its best tools' scores add to it (a tool's evidence is its server's, with a decay), and a
+        server the query names is boosted as its tools are.
+        """
+        primary = terms(query)
+        if not primary or limit <= 0 or not self._count:
+            return []
+        coverage, holders_of = self._coverage(self._query_weights(primary))
+        if not coverage:
+            return []
+        evidence: dict[int, list[float]] = {}
+        for hit in self.search(query, _SERVER_EVIDENCE):
+            segment = self._segments[hit.document.server]
+            evidence.setdefault(id(segment), []).append(hit.score)
+        top_cover = max(coverage.values()) or 1.0
+        top_tool = max((s[0] for s in evidence.values()), default=0.0) or 1.0
+        named = frozenset(primary)
+        ranked: list[tuple[float, int, str | None]] = []
+        for key, cover in coverage.items():
+            segment = holders_of[key]
+            tools = sum(score * _SERVER_DECAY**rank for rank, score in enumerate(evidence.get(key, ())))
+            score = cover / top_cover + self.weights.server_tools * tools / top_tool
+            if segment.server_terms and segment.server_terms <= named:
+                score *= 1.0 + self.weights.server_boost
+            ranked.append((score, -segment.base, segment.server))
+        best = heapq.nlargest(limit, ranked)
+        return [(server, score) for score, _, server in best]
+
+    def _coverage(self, weights: Mapping[str, float]) -> tuple[dict[int, float], dict[int, _Segment]]:
+        """Each server's coverage of the query words (by `id` of its segment), as one document."""
+        total = len(self._segments)
+        coverage: dict[int, float] = {}
+        holders_of: dict[int, _Segment] = {}
+        for word, weight in weights.items():
+            holders = self._by_term.get(word)
+            if not holders:
+                continue
+            idf = _idf(total, len(holders))
+            for segment in holders:
+                key = id(segment)
+                holders_of[key] = segment
+                coverage[key] = coverage.get(key, 0.0) + weight * idf * segment.best[word]
+        return coverage, holders_of
+
+    def _server_lift(self, scores: list[float], touched: list[int], weights: Mapping[str, float]) -> None:
+        """A task's tools: those of the servers covering most of it rank higher (the best tools of the
+        best servers), each tool's score times 1 + `server_lift` x its server's share of the best coverage."""
+        coverage, _ = self._coverage(weights)
+        top = max(coverage.values(), default=0.0)
+        if top <= 0.0:
+            return
+        lift = self.weights.server_lift
+        for number in touched:
+            segment, _ = self._locate(number)
+            scores[number] *= 1.0 + lift * coverage.get(id(segment), 0.0) / top
 
     def _server_extra(self, scores: list[float], named: frozenset[str]) -> dict[int, float]:
         """The hierarchy: the tools of a server whose key's words are all in the query (`google maps`)."""
