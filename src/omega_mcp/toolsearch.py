@@ -93,8 +93,6 @@ _OWN_TASKS = {
 }
 """The built-ins' own tasks in the words a query may use: part of their titles in the index (only there),
 so a downstream tool copying a built-in's description does not cover its task better than it does."""
-_BUILTIN_LOOKAHEAD = 50
-"""How far below the limit a search looks for built-ins that the order below may lift."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,8 +262,8 @@ class ToolFinder:
                 return entry.server_name in (wanted, server) and (profile is None or profile(entry))
 
             keep = narrowed
-        wanted_count = _KEEP_CANDIDATES if keep is not None else limit + _BUILTIN_LOOKAHEAD
-        ranked = _builtins_first(self.index.search(query, wanted_count))
+        candidates = _KEEP_CANDIDATES if keep is not None else limit
+        ranked = _builtins_first(self.index.search(query, candidates, builtins=True))
         scale = _length_scale(query)
         hits = [h for h in ranked if h.confidence >= min_confidence * scale]
         if keep is not None:

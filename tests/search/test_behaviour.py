@@ -156,3 +156,14 @@ def test_every_result_names_its_server_builtins_as_omega() -> None:
     lines = {line.split(":", 1)[0]: line for line in text.text.splitlines()}
     assert lines["bash"].endswith("[omega built-in]")
     assert lines["mcp__github__create_issue"].endswith("[server github]")
+
+
+def test_the_hubs_instructions_say_which_tools_are_omegas_own() -> None:
+    from omega_mcp.config import Config
+    from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.server.instructions import hub_instructions
+
+    policy = SandboxPolicy.from_config(Config())
+    text = hub_instructions(policy, {"write_roots": []}, ["github"])
+    assert "Only bash, read, write, edit, bash_output and kill_shell are omega's own" in text
+    assert "[omega built-in]" in text

@@ -306,8 +306,9 @@ class SearchIndex:
         segment.impacts = impacts
         segment.best = {word: max(values) for word, values in impacts.items()}
 
-    def search(self, query: str, limit: int = 5) -> list[Hit]:
+    def search(self, query: str, limit: int = 5, *, builtins: bool = False) -> list[Hit]:
         """The best `limit` tools for `query`, best first; tools matching no query word are left out.
+        With `builtins`, the built-ins (server None) that match follow, wherever they rank.
 
         Speed on large catalogs: a synonym held by more than `_COMMON_SYNONYM` of the tools is not
         used, and a query word held by more than `_COMMON_WORD` of them (when rarer words exist) only
@@ -363,9 +364,18 @@ class SearchIndex:
             extra[number] = extra.get(number, 0.0) + w.name_bonus * covered * covered
         for number, more in extra.items():
             scores[number] *= 1.0 + more
-        if w.server_lift and len(set(primary)) > w.task_words:
-            self._server_lift(scores, touched, weights)
-        best = heapq.nlargest(limit, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        lift = w.server_lift and len(set(primary)) > w.task_words
+        wanted = max(_SHORTLIST, 4 * limit) if lift else limit
+        best = heapq.nlargest(wanted, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        if lift:
+            best = heapq.nlargest(limit, self._server_lift(best, weights))
+        if builtins and None in self._segments:
+            # The built-ins that matched, wherever they rank: the caller may lift them (toolsearch).
+            chosen = {-negated for _, negated in best}
+            own = self._segments[None]
+            for number in range(own.base, own.base + len(own.documents)):
+                if scores[number] and number not in chosen:
+                    best.append((scores[number], -number))
         unseen = _idf(n, 0) * w.unseen
         total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
         return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
@@ -414,8 +424,11 @@ class SearchIndex:
         best = heapq.nlargest(limit, ranked)
         return [(server, score) for score, _, server in best]
 
-    def _coverage(self, weights: Mapping[str, float]) -> tuple[dict[int, float], dict[int, _Segment]]:
-        """Each server's coverage of the query words (by `id` of its segment), as one document."""
+    def _coverage(
+        self, weights: Mapping[str, float], among: Mapping[int, _Segment] | None = None
+    ) -> tuple[dict[int, float], dict[int, _Segment]]:
+        """Each server's coverage of the query words (by `id` of its segment), as one document; only of
+        the segments `among` when given (a shortlist's)."""
         total = len(self._segments)
         coverage: dict[int, float] = {}
         holders_of: dict[int, _Segment] = {}
@@ -424,23 +437,33 @@ class SearchIndex:
             if not holders:
                 continue
             idf = _idf(total, len(holders))
+            if among is not None:
+                for key, segment in among.items():
+                    best = segment.best.get(word)
+                    if best is not None:
+                        coverage[key] = coverage.get(key, 0.0) + weight * idf * best
+                continue
             for segment in holders:
                 key = id(segment)
                 holders_of[key] = segment
                 coverage[key] = coverage.get(key, 0.0) + weight * idf * segment.best[word]
         return coverage, holders_of
 
-    def _server_lift(self, scores: list[float], touched: list[int], weights: Mapping[str, float]) -> None:
+    def _server_lift(self, best: list[tuple[float, int]], weights: Mapping[str, float]) -> list[tuple[float, int]]:
         """A task's tools: those of the servers covering most of it rank higher (the best tools of the
-        best servers), each tool's score times 1 + `server_lift` x its server's share of the best coverage."""
-        coverage, _ = self._coverage(weights)
+        best servers), each (score, -number) of the shortlist `best` with its score times 1 +
+        `server_lift` x its server's share of the best coverage."""
+        segments = {id(segment): segment for segment in (self._locate(-negated)[0] for _, negated in best)}
+        coverage, _ = self._coverage(weights, segments)
         top = max(coverage.values(), default=0.0)
         if top <= 0.0:
-            return
+            return best
         lift = self.weights.server_lift
-        for number in touched:
-            segment, _ = self._locate(number)
-            scores[number] *= 1.0 + lift * coverage.get(id(segment), 0.0) / top
+        lifted: list[tuple[float, int]] = []
+        for score, negated in best:
+            segment, _ = self._locate(-negated)
+            lifted.append((score * (1.0 + lift * coverage.get(id(segment), 0.0) / top), negated))
+        return lifted
 
     def _server_extra(self, scores: list[float], named: frozenset[str]) -> dict[int, float]:
         """The hierarchy: the tools of a server whose key's words are all in the query (`google maps`)."""
