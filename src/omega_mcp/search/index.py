@@ -79,7 +79,7 @@ class Weights:
     fields: tuple[float, ...] = (3.0, 1.5, 2.0, 1.5, 0.3, 0.8, 0.6, 0.3)
     b: tuple[float, ...] = (0.5, 0.0, 0.5, 0.6, 0.75, 0.5, 0.75, 0.0)
     k1: float = 1.2
-    synonym: float = 0.35
+    synonym: float = 0.2
     """A synonym's weight relative to the query word it came from."""
     server_boost: float = 0.6
     """Tools of a server the query names score this much more (times)."""
