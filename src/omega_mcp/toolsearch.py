@@ -2,9 +2,11 @@
 
 The `ToolFinder` keeps a `search.SearchIndex` in step with a list of namespace entries (exported
 name, server key, tool): a server whose tools changed is re-indexed alone, the others are kept.
-`search_tools` takes keywords or `select:NAME[,NAME...]` (any name a call accepts) and answers with
-a text line per tool (name, then its one-line description) plus `structuredContent` `{"tools":
-[{name, server, description, inputSchema}]}`; `call_tool` calls a tool by name. Both definitions
+`search_tools` takes keywords or `select:NAME[,NAME...]` (any name a call accepts), optionally
+narrowed to one `server`, and answers with a text line per tool (name, its one-line description,
+its server) plus `structuredContent` `{"tools": [{name, server, description, inputSchema}]}` (a
+built-in's server is `omega`); a built-in is never ranked below a downstream tool that matches the
+query no better (a copy of its description cannot hijack its task); `call_tool` calls a tool by name. Both definitions
 are built here, small and fixed whatever the catalog's size. Whether search is on follows
 `[hub]`/`[agent] tool_search`: "on", "off", or "auto" (on when the JSON of the exported tools'
 definitions exceeds `AUTO_THRESHOLD_CHARS`). The Toolbox stays the one routing table: this module

@@ -167,3 +167,13 @@ def test_the_hubs_instructions_say_which_tools_are_omegas_own() -> None:
     text = hub_instructions(policy, {"write_roots": []}, ["github"])
     assert "Only bash, read, write, edit, bash_output and kill_shell are omega's own" in text
     assert "[omega built-in]" in text
+
+
+def test_a_long_task_over_a_large_catalog_still_finds_its_steps_tools() -> None:
+    finder = ToolFinder()
+    finder.update(catalog_entries(5))  # 2,300+ tools: the rarest words walk, the others re-rank
+    assert len(finder.index) > 2000
+    task = "the checkout pod keeps crashing in the kubernetes cluster, so describe it, read its logs and restart it"
+    names = [e.name for e in finder.search(task, 10).entries]
+    assert any(name.endswith("__kubectl_logs") or name.endswith("__kubectl_describe") for name in names), names
+    assert {"bash", "write"} & {e.name for e in finder.search(LONG_TASK, 5).entries}

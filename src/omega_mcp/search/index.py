@@ -10,6 +10,11 @@ multiplies its tools' scores. A tool whose name words are all in the query gets 
 expand the query at a reduced weight. Each hit carries a confidence: the idf-weighted share of the
 query's own words that it matches (a word no tool has counts fully against it), which is how "no
 tool fits" is told from a weak fit.
+Servers are ranked too (`rank_servers`): a server is one document of all its tools (each query word
+at its rarity among servers times its best impact in any of the server's tools), plus its best
+tools' scores; for a task (a query of more than `task_words` words) the tools of the servers that
+cover most of it are lifted, so the answer shows the best tools of the best servers. Above
+`_LARGE_CATALOG` tools a long query walks only its rarest words; the others re-rank the candidates.
 A segment per server keeps re-indexing cheap: when one server's tools change only its segment is
 rebuilt, and the others are re-weighted (not re-tokenized) only if the average field lengths drifted.
 Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocument`s.
@@ -48,6 +53,8 @@ _COMMON_SYNONYM = 0.03
 _COMMON_WORD = 0.08
 _COMMON_FLOOR = 300
 _SHORTLIST = 200
+_WALKED_WORDS = 8  # above _LARGE_CATALOG tools, at most this many words of a query walk their postings
+_LARGE_CATALOG = 2000
 _SERVER_EVIDENCE = 50  # the best tools whose scores add to their servers'
 _SERVER_DECAY = 0.5  # a server's k-th best tool adds this to the power k of its score
 
@@ -327,6 +334,10 @@ class SearchIndex:
         later = [word for word in weights if dfs.get(word, 0) > common]
         if not walked:
             walked, later = later, []
+        if n > _LARGE_CATALOG and len(walked) > _WALKED_WORDS:
+            # A long task over a large catalog: the rarest words find the candidates, the others re-rank them.
+            walked.sort(key=lambda word: (dfs[word], word))
+            walked, later = walked[:_WALKED_WORDS], [*walked[_WALKED_WORDS:], *later]
         scores = [0.0] * n
         for word in walked:
             factor = weights[word] * idfs[word]
