@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=5, metavar="N", help="how many tools to show (default: 5; above 20 means 20)"
     )
     search.add_argument(
+        "--server", metavar="NAME", help="only this server's tools (its servers.toml key; omega: the built-ins)"
+    )
+    search.add_argument(
         "--json",
         action="store_true",
         help='print {"tools": [{"name", "server", "description", "inputSchema"}, ...]} as search_tools returns it',

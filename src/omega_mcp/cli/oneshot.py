@@ -164,6 +164,9 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
 
     if args.limit < 1:
         raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    server = getattr(args, "server", None)
+    if server is not None and not server.strip():
+        raise UsageError("--server: give a server's name (its servers.toml key), or leave it out")
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         tools = await toolbox.list_tools()
         namespace = toolbox.namespace()
@@ -178,7 +181,7 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
 
         finder = ToolFinder()
         finder.update(entries_of(tools, server_of))
-        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported)
+        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported, server=server.strip() if server else None)
         failed = [s.server_name for s in downstreams.statuses() if _state(s) == "failed"]
     if failed:
         say(f"omega-mcp: note: not searched (did not connect): {', '.join(failed)}")
@@ -192,7 +195,7 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
     # What search_tools' text says besides the tools (a hint, a weak match, unknown names) goes to stderr.
     listed = {e.name for e in found.entries}
     for line in _text_of(found_result(found)).splitlines():
-        if line.split(":", 1)[0] not in listed:
+        if line.split(":", 1)[0].split(" [", 1)[0] not in listed:
             say(f"omega-mcp: {line}")
     return EXIT_OK
 
