@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 
 from omega_mcp.errors import ToolError
-from omega_mcp.sandbox.zygote import decode
+from omega_mcp.sandbox.child.zygote import decode
 
 __all__ = ["ConfinedProcess", "NotStartedError", "abandon", "started"]
 

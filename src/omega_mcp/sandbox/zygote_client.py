@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 import anyio
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
-from omega_mcp.sandbox import exec as trampoline
 from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.child import exec as trampoline
+from omega_mcp.sandbox.child.zygote import MAX_REQUEST_BYTES, encode
 from omega_mcp.sandbox.confined import GONE_SECONDS, ConfinedProcess, NotStartedError, abandon, started
-from omega_mcp.sandbox.zygote import MAX_REQUEST_BYTES, encode
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.launch import BashLaunch
@@ -49,7 +49,7 @@ __all__ = ["MAX_SESSIONS", "START_SECONDS", "forget", "launcher_pid", "prestart"
 MAX_SESSIONS = 32
 """Sessions kept open at once; the least recently used beyond this are closed."""
 
-_ZYGOTE = Path(__file__).with_name("zygote.py")
+_ZYGOTE = Path(__file__).parent / "child" / "zygote.py"
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import zygote;raise SystemExit(zygote.main(sys.argv[1:]))"
 _PATH_OPTIONS = frozenset({"--pin", "--protect", "--hide", "--rw", "--dev", "--tmp-source", "--private-tmp"})
 START_SECONDS = 60.0
