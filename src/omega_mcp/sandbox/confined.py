@@ -114,6 +114,12 @@ class _PipeStream(ByteReceiveStream):
                 raise anyio.EndOfStream
             return data
 
+    def close(self) -> None:
+        """Close now (nothing awaits this stream: a helper's, whose output is a socket of its own)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
     async def aclose(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -216,6 +222,17 @@ class ConfinedProcess(Process):
             os.killpg(self._pid, signal)
         except ProcessLookupError:
             pass
+
+    def discard(self) -> None:
+        """Kill the command's tree and close every fd now, without waiting (a helper nobody waits for;
+        its PID 1's parent, the zygote's session process, reaps it)."""
+        self.kill()
+        self._stdout.close()
+        if self._channel.fileno() >= 0:
+            self._channel.close()
+        if self._pidfd >= 0:
+            fd, self._pidfd = self._pidfd, -1
+            os.close(fd)
 
     async def aclose(self) -> None:
         try:

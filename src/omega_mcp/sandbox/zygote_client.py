@@ -365,8 +365,10 @@ async def _send(sock: socket.socket, body: bytes, fds: list[int]) -> None:
             raise NotStartedError(f"the sandbox launcher is gone ({exc.strerror or exc})") from None
 
 
-async def start(launch: BashLaunch) -> ConfinedProcess:
-    """Run `launch` (its options, program, env and cwd) through the zygote.
+async def start(launch: BashLaunch, io: socket.socket | None = None) -> ConfinedProcess:
+    """Run `launch` (its options, program, env and cwd) through the zygote; with `io`, a socket, the
+    program's stdout and stderr are that socket (a helper omega talks to, `fileworker_client.py`) and
+    the process's `stdout` reads nothing.
 
     Raises:
         SandboxUnavailableError: no sandbox launcher can be started, it keeps dying, or it does not start
@@ -396,7 +398,7 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
                     zygote.broken = True  # its socket failed: a new one is started
                     continue
                 try:
-                    return await _run(session, body)
+                    return await _run(session, body, io)
                 except NotStartedError as exc:
                     why = str(exc)
                     with _lock:
@@ -419,14 +421,14 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
     )
 
 
-async def _run(session: _Session, body: bytes) -> ConfinedProcess:
+async def _run(session: _Session, body: bytes, io: socket.socket | None) -> ConfinedProcess:
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before the command can say its pid
     channel.setblocking(False)
     out_r, out_w = os.pipe()
     try:
         try:
-            await _send(session.sock, body, [theirs.fileno(), out_w])
+            await _send(session.sock, body, [theirs.fileno(), out_w if io is None else io.fileno()])
         finally:
             theirs.close()
             os.close(out_w)

@@ -1,0 +1,74 @@
+"""The file tools' worker: one per session with a sandbox world, restarted when it dies, gone with the session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from omega_mcp.builtin.read import read_file
+from omega_mcp.builtin.schemas import ReadArgs
+from omega_mcp.sandbox import fileworker_client, probe
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.world import Worlds
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux") or not probe.support().pid_namespace, reason="needs user namespaces"
+    ),
+]
+
+
+def _text(result: object) -> str:
+    return "".join(getattr(block, "text", "") for block in getattr(result, "content", []))
+
+
+async def _gone(pid: int) -> None:
+    with anyio.fail_after(10):
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            await anyio.sleep(0.01)  # bounded polling: the zygote's session process reaps it
+
+
+async def test_a_worker_that_dies_is_replaced_and_the_worker_ends_with_its_session(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("in the world\n")
+    worlds = Worlds(SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp")))
+    owner = object()
+    policy = worlds.policy_for(owner)
+    assert policy.private_tmp is not None
+    try:
+        first = await read_file(policy, ReadArgs(file_path="f.txt"))
+        assert "in the world" in _text(first) and not first.is_error
+        worker = fileworker_client.running(policy.private_tmp)
+        assert worker is not None
+        worker.process.kill()
+        with anyio.fail_after(10):
+            await worker.process.wait()
+        again = await read_file(policy, ReadArgs(file_path="f.txt"))
+        assert "in the world" in _text(again) and not again.is_error
+        replaced = fileworker_client.running(policy.private_tmp)
+        assert replaced is not None and replaced is not worker
+        pid = replaced.process.pid
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, owner)
+    assert fileworker_client.running(policy.private_tmp) is None
+    await _gone(pid)
+
+
+async def test_without_a_sandbox_world_there_is_no_worker(tmp_path: Path) -> None:
+    for policy in (
+        SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=tmp_path, tmp_dir=Path("/tmp")),
+        SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path, tmp_dir=Path("/tmp")).with_private_tmp(
+            tmp_path / "t"
+        ),
+    ):
+        assert await fileworker_client.worker_for(policy) is None
