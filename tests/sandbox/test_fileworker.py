@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from omega_mcp.builtin.read import read_file
 from omega_mcp.builtin.schemas import ReadArgs
+from omega_mcp.errors import ToolError
 from omega_mcp.sandbox import fileworker_client, probe
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.world import Worlds
@@ -72,3 +74,40 @@ async def test_without_a_sandbox_world_there_is_no_worker(tmp_path: Path) -> Non
         ),
     ):
         assert await fileworker_client.worker_for(policy) is None
+
+
+async def _outcome(policy: SandboxPolicy, name: str) -> tuple[bool, str]:
+    """(is an error, its text): read_file raises a tool failure, which the Toolbox turns into a result."""
+    try:
+        result = await read_file(policy, ReadArgs(file_path=name))
+    except ToolError as exc:
+        return True, str(exc)
+    return bool(result.is_error), _text(result)
+
+
+async def test_in_a_world_read_names_what_is_not_a_regular_file_and_what_is_missing_or_hidden(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.mkfifo(workspace / "pipe")
+    (workspace / "empty.txt").write_text("")
+    secret = tmp_path / "secret"
+    secret.write_text("TOP-SECRET\n")
+    base = SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp"))
+    worlds = Worlds(dataclasses.replace(base, hidden=(secret,)))
+    owner = object()
+    policy = worlds.policy_for(owner)
+    try:
+        found = {
+            name: await _outcome(policy, name)
+            for name in ("pipe", str(workspace), "missing.txt", "/dev/null", "empty.txt", str(secret))
+        }
+        assert fileworker_client.running(policy.private_tmp or Path("/nonexistent")) is not None
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, owner)
+    assert found["pipe"][0] and "is a FIFO" in found["pipe"][1]
+    assert found[str(workspace)][0] and "is a directory" in found[str(workspace)][1]
+    assert found["missing.txt"][0] and "file does not exist" in found["missing.txt"][1]
+    assert not found["/dev/null"][0] and "file is empty" in found["/dev/null"][1]
+    assert not found["empty.txt"][0] and "file is empty" in found["empty.txt"][1]
+    assert found[str(secret)][0] and "hidden" in found[str(secret)][1]
+    assert "TOP-SECRET" not in found[str(secret)][1]

@@ -6,8 +6,10 @@ back as MCP image content; any other binary file is an error naming its size and
 bytes. Text is streamed in chunks and split at the byte level, keeping at most 2000 characters a
 line, so memory stays small for any file size; one call scans at most 1 GiB or 15 s and says where
 it stopped. Control characters other than tab and newline are shown as `\\xNN`. Anything that is
-not a regular file is refused before a byte is read (`sandbox/paths.py` opens the path), and output
-over 50,000 characters is cut with an honest notice.
+not a regular file is refused before a byte is read (`sandbox/paths.py` opens the path: inside the
+session's sandbox world through its file worker where it has one, `sandbox/fileworker_client.py`,
+so `read` finds what that session's bash would), and output over 50,000 characters is cut with an
+honest notice.
 """
 
 from __future__ import annotations

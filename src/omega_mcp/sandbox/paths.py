@@ -12,6 +12,9 @@ the real location of the opened fd. A write the user approved outside the roots
 (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it lands exactly at
 the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token file, checked
 the same two ways, and in sandbox and rx modes the secrets of `SandboxPolicy.hidden` (`~/.ssh`, ...).
+Where the calling session has a sandbox world, `open_readable` has its file worker open the path there
+(`fileworker_client.py`: the kernel resolves it as for that session's bash, so `/proc/<pid>/root` or a
+planted link leads nowhere bash could not go) and only checks the fd here, for the messages.
 All functions here block: call them from a worker thread.
 """
 
