@@ -111,3 +111,28 @@ async def test_in_a_world_read_names_what_is_not_a_regular_file_and_what_is_miss
     assert not found["empty.txt"][0] and "file is empty" in found["empty.txt"][1]
     assert found[str(secret)][0] and "hidden" in found[str(secret)][1]
     assert "TOP-SECRET" not in found[str(secret)][1]
+
+
+async def test_workers_beyond_the_limit_are_stopped_and_started_again_on_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fileworker_client, "MAX_WORKERS", 1)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("shared\n")
+    worlds = Worlds(SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp")))
+    first, second = object(), object()
+    one, two = worlds.policy_for(first), worlds.policy_for(second)
+    assert one.private_tmp is not None and two.private_tmp is not None
+    try:
+        assert "shared" in (await _outcome(one, "f.txt"))[1]
+        evicted = fileworker_client.running(one.private_tmp)
+        assert evicted is not None
+        assert "shared" in (await _outcome(two, "f.txt"))[1]
+        assert fileworker_client.running(one.private_tmp) is None  # stopped: one worker at most
+        await _gone(evicted.process.pid)
+        assert "shared" in (await _outcome(one, "f.txt"))[1]
+        assert fileworker_client.running(two.private_tmp) is None
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, first)
+        await anyio.to_thread.run_sync(worlds.close, second)

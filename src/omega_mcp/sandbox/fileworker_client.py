@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,16 @@ from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["ANSWER_SECONDS", "FileWorker", "WorkerGoneError", "discard", "forget", "running", "worker_for"]
+__all__ = [
+    "ANSWER_SECONDS",
+    "MAX_WORKERS",
+    "FileWorker",
+    "WorkerGoneError",
+    "discard",
+    "forget",
+    "running",
+    "worker_for",
+]
 
 ANSWER_SECONDS = 10.0
 """How long one request may wait for the worker's answer before the worker counts as stuck."""
@@ -92,7 +102,10 @@ class FileWorker:
         self.process.discard()
 
 
-_workers: dict[str, FileWorker] = {}
+MAX_WORKERS = zygote_client.MAX_SESSIONS
+"""Workers kept at once (one per session that read something); the least recently used beyond this
+are stopped, and started again should their session read once more."""
+_workers: OrderedDict[str, FileWorker] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -110,6 +123,9 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
     key = str(tmp)
     known = _workers.get(key)
     if known is not None and known.alive():
+        with _lock:
+            if key in _workers:
+                _workers.move_to_end(key)
         return known
     try:
         launch = bash_launch(policy, "")
@@ -138,8 +154,10 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
             stale, worker = worker, current  # another call started one meanwhile
         else:
             stale, _workers[key] = current, worker
-    if stale is not None:
-        stale.close()
+        evicted = [_workers.popitem(last=False)[1] for _ in range(len(_workers) - MAX_WORKERS)]
+    for old in [stale, *evicted]:
+        if old is not None:
+            old.close()
     return worker
 
 
