@@ -1,13 +1,17 @@
 """What `read`, `write`, `edit` and `bash` calls cost through the Toolbox, in a client session's world.
 
 Usage: python bench/bench_file_tools.py [--runs 200] [--rounds 3] [--against SRC ...]
+       python bench/bench_file_tools.py --interleaved [--runs 2000]
 
 Each measurement is a fresh process (a sandbox-mode Toolbox, one client session, a small workspace)
 that times `--runs` calls of each tool after a warm-up call (the session's world, its bash zygote
 session and file worker are made then) and prints p50/p90 in ms. `--against SRC` also measures the
 omega_mcp package under SRC (e.g. a checkout of main's `src`), alternating the versions round by
 round so that both see the same machine load; the table gives the median over rounds of each p50
-and p90. Numbers are from one run on one machine: compare versions within one run only.
+and p90. `--interleaved` times the `read` tool's work alone (no Toolbox, no event-loop hop) with and
+without the session's file worker, alternated call by call in one process: on a busy machine that is
+the steadier way to see what the worker adds. Numbers are from one run on one machine: compare
+versions within one run only.
 """
 
 from __future__ import annotations
@@ -61,6 +65,41 @@ async def _measure(runs: int) -> dict[str, list[float]]:
         return found
 
 
+async def _interleaved(runs: int) -> None:
+    """The whole `read` of a small file, with and without the session's file worker, alternated call
+    by call in one process (both see the same load): the worker's own cost, whatever the machine does."""
+    import anyio
+
+    from omega_mcp.builtin import read as read_tool
+    from omega_mcp.builtin.schemas import ReadArgs
+    from omega_mcp.sandbox import fileworker_client
+    from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.sandbox.world import Worlds
+
+    with tempfile.TemporaryDirectory(prefix="omega-bench-files-") as place:
+        ws = Path(place) / "ws"
+        ws.mkdir()
+        (ws / "small.txt").write_text("".join(f"line {i}\n" for i in range(40)))
+        worlds = Worlds(SandboxPolicy(mode="sandbox", home=Path(place) / "home", workspace=ws, tmp_dir=Path("/tmp")))
+        owner = object()
+        policy = worlds.policy_for(owner)
+        args = ReadArgs(file_path="small.txt")
+        worker = await fileworker_client.worker_for(policy)
+        if worker is None:
+            raise SystemExit("no file worker here (rwx, no user namespaces or no OS sandbox)")
+        times: dict[str, list[float]] = {"path checks in omega": [], "in the session's world": []}
+        for _ in range(runs):
+            for label, which in (("path checks in omega", None), ("in the session's world", worker)):
+                start = time.perf_counter()
+                read_tool._read_sync(policy, args, which)  # the work itself, no thread hop
+                times[label].append((time.perf_counter() - start) * 1000)
+        await anyio.to_thread.run_sync(worlds.close, owner)
+    print(f"read of a 40-line file, {runs} calls each, alternated (ms)\n")
+    print("| read | p50 | p90 |\n|---|---|---|")
+    for label, values in times.items():
+        print(f"| {label} | {statistics.median(values):.3f} | {statistics.quantiles(values, n=10)[-1]:.3f} |")
+
+
 def _one(runs: int) -> None:
     import anyio
 
@@ -94,7 +133,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--against", nargs="*", default=[], help="other src directories to measure too")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--interleaved", action="store_true", help="read with and without the file worker, alternated in one process"
+    )
     args = parser.parse_args()
+    if args.interleaved:
+        import anyio
+
+        anyio.run(_interleaved, args.runs)
+        return
     if args.one:
         _one(args.runs)
         return
