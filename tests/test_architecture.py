@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -297,6 +298,58 @@ def test_no_module_is_longer_than_the_limit() -> None:
     }
     too_long = sorted(((lines, path) for path, lines in lengths.items() if lines > MAX_LINES), reverse=True)
     assert not too_long, f"modules over {MAX_LINES} lines:\n" + "\n".join(f"{p}: {n}" for n, p in too_long)
+
+
+CHILD = "omega_mcp.sandbox.child"
+
+
+def child_offenders(package: Scan, child: str) -> list[str]:
+    """Every import in the `child` package that is neither the standard library nor a sibling there.
+
+    The child side runs as `python -I -S` with its directory on `sys.path` (no site-packages, no
+    omega_mcp), so a sibling is imported by its bare name there (`import landlock`) and by its full
+    name when omega imports the file (`omega_mcp.sandbox.child.landlock`); both count as siblings."""
+    prefix = child + "."
+    siblings = {name.removeprefix(prefix) for name in package.modules if name.startswith(prefix)}
+    offenders: list[str] = []
+    for found in package.imports:
+        if found.importer != child and not found.importer.startswith(prefix):
+            continue
+        target = found.target
+        if target == child or target.startswith(prefix):
+            continue
+        if target.split(".")[0] in sys.stdlib_module_names or target in siblings:
+            continue
+        offenders.append(f"{found.importer} imports {target} ({package.where(found)})")
+    return offenders
+
+
+def test_the_child_side_imports_only_the_standard_library_and_its_siblings() -> None:
+    """`sandbox/child/` runs inside the sandbox as `python -I -S`: anything else it imported would fail
+    there at run time (or, worse, be found in a write root on `sys.path`)."""
+    package = omega()
+    assert CHILD in package.modules, f"no package {CHILD}"
+    offenders = child_offenders(package, CHILD)
+    assert not offenders, "sandbox/child/ must import only the standard library and its siblings:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_child_check_finds_a_package_import_and_a_third_party_one(tmp_path: Path) -> None:
+    child = tmp_path / "pkg" / "sandbox" / "child"
+    child.mkdir(parents=True)
+    for init in (tmp_path / "pkg", tmp_path / "pkg" / "sandbox", child):
+        (init / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "errors.py").write_text("")
+    (child / "good.py").write_text("import os\nimport _ctypes\nimport sibling\nfrom pkg.sandbox.child import sibling\n")
+    (child / "sibling.py").write_text("from . import good\n")
+    (child / "bad.py").write_text("import pydantic\nfrom pkg import errors\nfrom ..policy import x\n")
+    offenders = child_offenders(scan(tmp_path / "pkg"), "pkg.sandbox.child")
+    assert [line.split(" (")[0] for line in offenders] == [
+        "pkg.sandbox.child.bad imports pydantic",
+        "pkg.sandbox.child.bad imports pkg",
+        "pkg.sandbox.child.bad imports pkg.sandbox.policy",
+    ]
 
 
 SEARCH = "omega_mcp.search"

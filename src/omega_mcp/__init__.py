@@ -1,6 +1,6 @@
 """omega-mcp: a sandboxed MCP tool hub, an aggregator proxy and a thin agent loop.
 
-The public API is loaded lazily: the bash sandbox trampoline (`python -m omega_mcp.sandbox.exec`)
+The public API is loaded lazily: the bash sandbox trampoline (`python -m omega_mcp.sandbox.child.exec`)
 imports this package on every command, and must not pay for the SDK import. `_EXPORTS` is the one
 list of it; the `TYPE_CHECKING` imports below only tell type checkers the same thing (Python 3.11
 has no lazy import a checker understands), and `tests/test_public_api.py` fails if they disagree.

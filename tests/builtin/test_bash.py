@@ -18,7 +18,7 @@ from omega_mcp.builtin.schemas import BashArgs
 from omega_mcp.builtin.shells import ShellRegistry
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox import probe
-from omega_mcp.sandbox.exec import LINGER_SECONDS
+from omega_mcp.sandbox.child.exec import LINGER_SECONDS
 from omega_mcp.sandbox.launch import BashLaunch
 from omega_mcp.sandbox.policy import SandboxPolicy
 

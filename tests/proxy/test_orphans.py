@@ -113,7 +113,7 @@ def test_a_background_shell_dies_when_omega_is_sigkilled(tmp_path: Path, markers
             proc.wait()
 
 
-_LAUNCHER = Path(__file__).parents[2] / "src" / "omega_mcp" / "sandbox" / "deathsig.py"
+_LAUNCHER = Path(__file__).parents[2] / "src" / "omega_mcp" / "sandbox" / "child" / "deathsig.py"
 
 
 def _launch(parent: int, *command: str) -> subprocess.CompletedProcess[str]:

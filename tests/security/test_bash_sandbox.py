@@ -27,8 +27,8 @@ import pytest
 
 import launch_support
 from omega_mcp.errors import SandboxUnavailableError
-from omega_mcp.sandbox import exec as trampoline
 from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.child import exec as trampoline
 from omega_mcp.sandbox.launch import bash_launch, describe_sandbox
 from omega_mcp.sandbox.policy import SandboxPolicy
 

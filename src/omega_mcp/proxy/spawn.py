@@ -7,7 +7,7 @@ as `eras.py` asks them, and both sides load in parallel. The first connection at
 server then `adopt()`s its process and picks up the answers (see `connect.py`); later attempts
 (restarts) spawn afresh. Nothing here imports the SDK.
 Processes nobody adopted are killed when the `EarlyStarts` closes. Every server starts through
-`sandbox/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
+`sandbox/child/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
 Env: the SDK's default inherited variables (`INHERITED_ENV`, checked against the SDK by a test),
 `PASSED_ENV` and `LC_*`, `PYTHONSAFEPATH=1`, the server's `env`, and omega's marker (`recursion.MARKER`).
 With a `LaunchGuard` (`sandbox/untrusted.py`) a server starts in `$OMEGA_HOME/servers/NAME` unless
@@ -75,7 +75,7 @@ MODERN_VERSION = "2026-07-28"
 """The newest 2026-era protocol version (the SDK's LATEST_MODERN_VERSION)."""
 EARLY_IDS = {"discover": "omega-early-discover", "initialize": "omega-early-initialize"}
 """The request ids of what an early start asks, by what it asks."""
-_DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "deathsig.py"
+_DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "child" / "deathsig.py"
 """The launcher every server starts through, so that it dies with omega (see `spawn`)."""
 
 Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None, object]
@@ -175,7 +175,7 @@ def spawn(
     server's name) a `cwd` of None means `$OMEGA_HOME/servers/NAME`, and a server whose cwd or
     program lies in a write root is refused (PermissionError naming the setting).
 
-    The server runs through the `sandbox/deathsig.py` launcher, so it is SIGKILLed when omega dies,
+    The server runs through the `sandbox/child/deathsig.py` launcher, so it is SIGKILLed when omega dies,
     even by SIGKILL. PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call this
     from the event-loop (or main) thread, never from a short-lived worker thread. The launcher's
     PDEATHSIG covers the server itself, not its children (npx → node): the process-group kill of a

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 FORCE_NO_LANDLOCK_ENV = "OMEGA_FORCE_NO_LANDLOCK"
-TRAMPOLINE = Path(__file__).with_name("exec.py")
+TRAMPOLINE = Path(__file__).parent / "child" / "exec.py"
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import exec;raise SystemExit(exec.main(sys.argv[1:]))"
 TRAMPOLINE_ARGV: tuple[str, ...] = (sys.executable, "-I", "-S", "-c", _BOOTSTRAP, str(TRAMPOLINE.parent))
 """How to start the trampoline: `-S` skips site (fast), so its directory goes on sys.path by hand

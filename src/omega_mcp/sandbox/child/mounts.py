@@ -22,9 +22,9 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox.child import landlock
 elif __package__:
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox.child import landlock
 else:
     import landlock  # exec.py put this directory on sys.path
 

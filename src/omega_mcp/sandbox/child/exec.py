@@ -27,9 +27,9 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
 elif __package__:  # imported as part of the package (tests, the launcher)
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
 else:
     # Not `import omega_mcp...`: without site-packages the package is not importable, and its
     # __init__ may pull in the whole server. The sibling file is stdlib-only by contract.

@@ -14,9 +14,9 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox.child import landlock
 elif __package__:
-    from omega_mcp.sandbox import landlock
+    from omega_mcp.sandbox.child import landlock
 else:
     import landlock  # exec.py or zygote.py put this directory on sys.path
 

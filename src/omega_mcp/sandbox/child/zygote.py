@@ -34,9 +34,9 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import exec as trampoline
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
-    from omega_mcp.sandbox.zygote_init import (
+    from omega_mcp.sandbox.child import exec as trampoline
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child.zygote_init import (
         CommandInit,
         Prepared,
         close_all_but,
@@ -45,9 +45,9 @@ if TYPE_CHECKING:
         encode,
     )
 elif __package__:  # imported as part of the package (omega's client, tests)
-    from omega_mcp.sandbox import exec as trampoline
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
-    from omega_mcp.sandbox.zygote_init import (
+    from omega_mcp.sandbox.child import exec as trampoline
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child.zygote_init import (
         CommandInit,
         Prepared,
         close_all_but,

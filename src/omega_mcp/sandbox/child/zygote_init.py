@@ -19,11 +19,11 @@ import socket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from omega_mcp.sandbox import exec as trampoline
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child import exec as trampoline
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
 elif __package__:
-    from omega_mcp.sandbox import exec as trampoline
-    from omega_mcp.sandbox import landlock, mounts, private, reaper
+    from omega_mcp.sandbox.child import exec as trampoline
+    from omega_mcp.sandbox.child import landlock, mounts, private, reaper
 else:
     import exec as trampoline  # zygote.py put this directory on sys.path
     import landlock
