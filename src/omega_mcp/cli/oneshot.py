@@ -89,7 +89,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 "servers": servers,
                 "sandbox": {
                     **sandbox,
-                    "layers": sandbox_layers(policy, sandbox, confined_servers(config)),
+                    "layers": sandbox_layers(policy, sandbox, confined_servers(config, guard)),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },

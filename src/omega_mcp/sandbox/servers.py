@@ -136,9 +136,14 @@ def reaches(guard: LaunchGuard, name: str, entry: ServerConfig) -> bool:
     return guard.reach(program, cwd, cwd_configured=entry.cwd is not None, args=entry.args, env=entry.env) is not None
 
 
-def confined_servers(config: Config) -> dict[str, bool]:
-    """Each stdio server of `config`, in order: whether it runs confined."""
-    return {n: _confined(s, config.sandbox) for n, s in config.servers.items() if s.command is not None}
+def confined_servers(config: Config, guard: LaunchGuard | None = None) -> dict[str, bool]:
+    """Each stdio server of `config`, in order: whether it runs confined (with `guard`: also those
+    confined because their launch reaches into a write root)."""
+    return {
+        n: _confined(s, config.sandbox) or (guard is not None and server_policy(config, n, guard) is not None)
+        for n, s in config.servers.items()
+        if s.command is not None
+    }
 
 
 def _confined(entry: ServerConfig, sandbox: SandboxConfig) -> bool:
