@@ -124,21 +124,24 @@ def work_tree_hooks(directory: str, names: Collection[str]) -> str | None:
 def git_reason(target: Path, base: Path, enabled: Collection[str]) -> tuple[Path, str] | None:
     """`(protected path, name)` when `target` (below `base`, a write root) is a git directory's
     config or hooks, or lies in a repository's `core.hooksPath` directory; else None. `enabled`: the
-    protected names in force (`.git/config`, `.git/hooks`; hooksPath goes with the latter)."""
+    protected names in force (`.git/config`, `.git/hooks`; hooksPath goes with the latter). Strings
+    and two `lexists` a directory, no pathlib: every write of the file tools asks."""
     parts = target.relative_to(base).parts
     hooks_on = ".git/hooks" in enabled
-    for i in range(len(parts)):
-        here = base.joinpath(*parts[:i])
-        name = parts[i]
+    text = str(target)
+    here = str(base)
+    for name in parts:
         if name in GIT_DIR_PROTECTED and GIT_DIR_PROTECTED[name] in enabled and is_git_path(here):
-            return here / name, GIT_DIR_PROTECTED[name]
-        if not hooks_on:
-            continue
-        try:
-            names = [n for n in (".git", "HEAD", "objects", "refs", "commondir") if os.path.lexists(here / n)]
-        except OSError:
-            continue
-        hooks = work_tree_hooks(str(here), names) if names else None
-        if hooks is not None and (str(target) == hooks or str(target).startswith(hooks.rstrip("/") + "/")):
-            return Path(hooks), HOOKS_PATH
+            return Path(here, name), GIT_DIR_PROTECTED[name]
+        prefix = here.rstrip("/") + "/"
+        if hooks_on and (os.path.lexists(prefix + ".git") or os.path.lexists(prefix + "HEAD")):
+            names = [n for n in _MARKERS if os.path.lexists(prefix + n)]
+            hooks = work_tree_hooks(here, names)
+            if hooks is not None and (text == hooks or text.startswith(hooks.rstrip("/") + "/")):
+                return Path(hooks), HOOKS_PATH
+        here = prefix + name
     return None
+
+
+_MARKERS = (".git", "HEAD", "objects", "refs", "commondir")
+"""The entries `work_tree_hooks` looks at."""
