@@ -207,3 +207,20 @@ def test_a_hookspath_directory_a_run_creates_is_undone(tree: ProtectedTree) -> N
     undone = tree.end(run)
     assert [u.path for u in undone] == [str(ws / "repo" / "tools" / "hooks")], undone
     assert not (ws / "repo" / "tools" / "hooks").exists()
+
+
+@pytest.mark.skipif(subprocess.run(["which", "git"], capture_output=True).returncode != 0, reason="needs git")
+def test_a_linked_worktree_keeps_its_git_directory_and_the_hookspath_of_its_repository(tree: ProtectedTree) -> None:
+    ws = _ws(tree)
+    _git("init", "-q", "repo", cwd=ws)
+    (ws / "repo" / "f").write_text("1")
+    _git("add", "f", cwd=ws / "repo")
+    _git("-c", "user.name=u", "-c", "user.email=u@example.com", "commit", "-qm", "one", cwd=ws / "repo")
+    _git("config", "core.hooksPath", ".husky", cwd=ws / "repo")
+    _git("worktree", "add", "-q", "../wt", cwd=ws / "repo")
+    (ws / "wt" / ".husky").mkdir()
+    run, undone = tree.begin()
+    assert undone == []
+    assert str(ws / "wt" / ".husky") in run.binds, run.binds
+    assert str(ws / "repo" / ".git" / "config") in run.binds
+    assert tree.end(run) == []

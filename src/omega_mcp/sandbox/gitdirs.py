@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
@@ -54,18 +55,25 @@ def is_git_path(path: str | Path) -> bool:
     return has("HEAD") and (has("commondir") or (has("objects") and has("refs")))
 
 
-def gitdir_target(dot_git: str) -> str | None:
-    """The directory a `gitdir: X` file names (relative to the file's directory), or None."""
+def _head(path: str) -> str:
+    """The first bytes of a regular file (never blocks: a FIFO planted there reads as empty), or ""."""
     try:
-        fd = os.open(dot_git, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
-        return None
+        return ""
     try:
-        text = os.read(fd, _GITDIR_MAX).decode(errors="replace")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, _GITDIR_MAX).decode(errors="replace")
     except OSError:
-        return None
+        return ""
     finally:
         os.close(fd)
+
+
+def gitdir_target(dot_git: str) -> str | None:
+    """The directory a `gitdir: X` file names (relative to the file's directory), or None."""
+    text = _head(dot_git)
     first = text.splitlines()[0] if text else ""
     if not first.startswith("gitdir:"):
         return None
@@ -74,16 +82,24 @@ def gitdir_target(dot_git: str) -> str | None:
 
 
 def hooks_dir(git_dir: str, work_tree: str) -> str | None:
-    """The directory `core.hooksPath` of the repository at `git_dir` names, absolute, or None."""
-    config = os.path.join(git_dir, "config")
+    """The directory `core.hooksPath` of the repository at `git_dir` names, absolute, or None (a
+    linked worktree's git directory reads the config of the common one its `commondir` names)."""
+    config = os.path.join(_common_dir(git_dir), "config")
     try:
         st = os.stat(config)
     except OSError:
         return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # git would block on a FIFO, or fail
     named = _hooks_path(config, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     if named is None:
         return None
     return os.path.normpath(os.path.join(work_tree, os.path.expanduser(named)))
+
+
+def _common_dir(git_dir: str) -> str:
+    named = _head(os.path.join(git_dir, "commondir")).strip()
+    return os.path.normpath(os.path.join(git_dir, named)) if named else git_dir
 
 
 @functools.lru_cache(maxsize=256)
