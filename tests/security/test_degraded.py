@@ -71,6 +71,8 @@ def test_without_namespaces_bash_runs_under_landlock_and_the_rest_is_reported_of
     layers = _layers(tmp_path, mode)
     assert layers["landlock"].startswith("on"), layers
     assert layers["pid_namespace"].startswith("off"), layers
+    why = {"nouserns": "unshare", "nomount": "mount"}[mode]  # what the probe found missing, said where it is off
+    assert why in layers["pid_namespace"] and "Operation not permitted" in layers["pid_namespace"], layers
 
 
 def test_without_landlock_sandbox_bash_fails_closed_with_one_line_saying_what_to_do(
