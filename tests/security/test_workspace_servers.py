@@ -114,6 +114,7 @@ def place() -> Iterator[Place]:
         _server("module", python, ["-m", "devpkg"], f'env = {{ PYTHONPATH = "/nonexistent:{ws / "src"}" }}\n'),
         _server("uvdir", str(uv), ["--directory", str(ws), "run", python, "server.py"]),
         _server("refused", python, [str(ws / "server.py")], 'sandbox = "none"\n'),
+        _server("incwd", python, ["server.py"], f'cwd = "{ws}"\n'),
         _server("control", python, [str(HOSTILE)], 'sandbox = "none"\n'),
     ]
     if shutil.which("node") is not None:
@@ -169,7 +170,7 @@ def _servers_json(place: Place) -> dict[str, dict[str, object]]:
     return json.loads(done.stdout)["servers"]
 
 
-_DEVELOPED = ["script", "module", "uvdir", "node"]
+_DEVELOPED = ["script", "module", "uvdir", "node", "incwd"]
 
 
 @pytest.mark.parametrize("server", _DEVELOPED)
@@ -253,3 +254,15 @@ def test_named_paths_splits_flags_and_lists(tmp_path: Path) -> None:
     assert Path("/a/b") in untrusted.named_paths("--directory=/a/b", tmp_path)
     assert untrusted.named_paths("/x:/y", tmp_path) == [Path("/x"), Path("/y")]
     assert untrusted.named_paths("UTC", tmp_path) == []
+
+
+async def test_a_server_whose_cwd_is_in_the_workspace_runs_there_but_cannot_write_it(
+    client: mcp.Client, place: Place
+) -> None:
+    """What it wrote there (`.git/hooks`, `.mcp.json`) would run next outside any sandbox."""
+    assert (await _attempt(client, "incwd", "cwd", place.ws)).removeprefix("allowed: ") == str(place.ws)
+    for target in (place.ws / "planted.txt", place.ws / ".mcp.json"):
+        assert (await _attempt(client, "incwd", "write", target)).startswith("denied")
+        assert not target.exists()
+    own = place.omega_home / "servers" / "incwd" / "state.json"
+    assert (await _attempt(client, "incwd", "write", own)).startswith("allowed")  # its own directory

@@ -82,6 +82,9 @@ class SandboxPolicy:
     tools. A server gets a private /tmp and no share of `$OMEGA_HOME/scratch`."""
     read_only: bool = False
     """A confined server that may write nothing but its private /tmp (not even its cwd)."""
+    cwd_read_only: bool = False
+    """A confined server whose cwd lies in a write root of the tools: it runs there but may not write
+    there (what it wrote, `.git/hooks`, `.mcp.json`, would run next outside any sandbox)."""
     protected_names: tuple[str, ...] = field(default_factory=effective_protected)
     """Names read-only for bash and denied to the file tools in every write root (`sandbox/protect.py`:
     the defaults minus `[sandbox] unprotect`, plus `[sandbox] protect`)."""
@@ -209,11 +212,10 @@ class SandboxPolicy:
     def bash_write_roots(self) -> tuple[Path, ...]:
         """Roots bash (or a confined server) may write beneath under the OS sandbox (sandbox and rx modes)."""
         if self.server_name is not None:
-            return (
-                (self.tmp_dir,)
-                if self.read_only
-                else tuple(dict.fromkeys((self.workspace, self.tmp_dir, *self.write_roots)))
-            )
+            if self.read_only:
+                return (self.tmp_dir,)
+            cwd = () if self.cwd_read_only else (self.workspace,)
+            return tuple(dict.fromkeys((*cwd, self.tmp_dir, *self.write_roots)))
         return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
 
     @property

@@ -91,7 +91,8 @@ def server_policy(config: Config, name: str, guard: LaunchGuard | None = None) -
 
     With `guard`, a server whose launch reaches into a write root (`LaunchGuard.reach`) is confined
     even where `[sandbox] servers = "none"`; with `sandbox = "none"` on it, it stays None here and the
-    guard refuses to start it.
+    guard refuses to start it. A `cwd` inside a write root is read-only for the server (it writes its
+    own directory, /tmp and its `write_roots`): what it wrote there would run next unconfined.
     """
     entry = config.servers[name]
     if entry.command is None:
@@ -125,6 +126,7 @@ def server_policy(config: Config, name: str, guard: LaunchGuard | None = None) -
         hidden=tuple(dict.fromkeys((*hidden, *others, *configs))),
         server_name=name,
         read_only=settings.read_only,
+        cwd_read_only=entry.cwd is not None and guard is not None and guard.writable_root(entry.cwd) is not None,
     )
 
 
