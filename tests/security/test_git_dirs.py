@@ -16,9 +16,12 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.protect import protected_reason
 from unprivileged_support import Scenario, scenario
 
 pytestmark = [
@@ -202,3 +205,16 @@ def test_an_edit_of_an_existing_npmrc_is_denied() -> None:
         assert isinstance(results, list)
         assert results[0]["error"] and "protected" in results[0]["text"], results[0]
         assert (attack.ws / ".npmrc").read_text() == "save-exact=true\n", results
+
+
+def test_the_file_tools_cannot_make_a_repository_around_a_config_they_wrote_first(tmp_path: Path) -> None:
+    """config first (an ordinary file then), HEAD after: the HEAD is refused, so no git directory forms."""
+    ws = tmp_path / "ws"
+    (ws / "evil").mkdir(parents=True)
+    (ws / "evil" / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
+    (ws / "evil" / "objects").mkdir()
+    (ws / "evil" / "refs").mkdir()
+    policy = SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=ws)
+    reason = protected_reason(policy, ws / "evil" / "HEAD")
+    assert reason is not None and "protected" in reason and "HEAD" in reason, reason
+    assert protected_reason(policy, ws / "evil" / "notes.txt") is None  # the control

@@ -6,9 +6,10 @@ git takes a directory for a repository when it holds `HEAD` and either `objects/
 directory keeps its `config`, `config.worktree` and `hooks/` protected (the names of
 `GIT_DIR_PROTECTED`), and so does the directory its `core.hooksPath` names (`.husky`), relative to
 the work tree (the directory holding `.git`, or the `gitdir:` file) or, for a bare repository, to the
-git directory itself. `tracker.py` uses `is_git_dir` on each directory listing it makes; the file
-tools ask `git_reason` for one path. `core.hooksPath` is read with git's own parser (`--no-includes`),
-once per version of the config file. Nothing here knows MCP.
+git directory itself. The file tools also never write a file called `HEAD`, so they cannot complete
+a repository around a `config` they wrote first. `tracker.py` uses `is_git_dir` on each directory
+listing it makes; the file tools ask `git_reason` for one path. `core.hooksPath` is read with git's
+own parser (`--no-includes`), once per version of the config file. Nothing here knows MCP.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 __all__ = [
     "GIT_DIR_PROTECTED",
     "HOOKS_PATH",
+    "REPOSITORY_MARKER",
     "git_reason",
     "gitdir_target",
     "hooks_dir",
@@ -36,6 +38,8 @@ GIT_DIR_PROTECTED = {"config": ".git/config", "config.worktree": ".git/config", 
 """Entries of any git directory that stay protected -> the protected name they count as."""
 HOOKS_PATH = "core.hooksPath"
 """The protected name of the directory a repository's `core.hooksPath` names."""
+REPOSITORY_MARKER = "HEAD, which makes a directory a git repository"
+"""Why the file tools may not write a file called `HEAD` (see `git_reason`)."""
 _GIT_SECONDS = 10.0
 _GITDIR_MAX = 4096
 
@@ -143,6 +147,10 @@ def git_reason(target: Path, base: Path, enabled: Collection[str]) -> tuple[Path
     protected names in force (`.git/config`, `.git/hooks`; hooksPath goes with the latter). Strings
     and two `lexists` a directory, no pathlib: every write of the file tools asks."""
     parts = target.relative_to(base).parts
+    if parts and parts[-1] == "HEAD" and ".git/config" in enabled:
+        # The file tools never make a repository: with `config` written first and `HEAD` after, a
+        # directory would become one whose config nobody checked (bash's are: `tracker.py`).
+        return target, REPOSITORY_MARKER
     hooks_on = ".git/hooks" in enabled
     text = str(target)
     here = str(base)
