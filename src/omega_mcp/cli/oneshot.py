@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from omega_mcp.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, say
-from omega_mcp.cli.toolbox import needs_servers, open_toolbox
+from omega_mcp.cli.toolbox import launch_guard, needs_servers, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -70,7 +70,8 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         statuses = downstreams.statuses()
         exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
         code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
-        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name)) for s in statuses}
+        guard = launch_guard(config, policy)
+        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name, guard)) for s in statuses}
         if args.json:
             servers = {
                 s.server_name: {
@@ -88,7 +89,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 "servers": servers,
                 "sandbox": {
                     **sandbox,
-                    "layers": sandbox_layers(policy, sandbox, confined_servers(config)),
+                    "layers": sandbox_layers(policy, sandbox, confined_servers(config, guard)),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },

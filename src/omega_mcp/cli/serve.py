@@ -20,7 +20,7 @@ import anyio
 
 from omega_mcp.cli.common import EXIT_OK, UsageError
 from omega_mcp.cli.signals import SignalGuard
-from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.cli.toolbox import launch_guard, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -85,7 +85,8 @@ async def _serve(
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
         logger.info("%s", _sandbox_line(sandbox))
-        logger.info("%s", summary(sandbox_layers(policy, sandbox, confined_servers(config))))
+        confined = confined_servers(config, launch_guard(config, policy))
+        logger.info("%s", summary(sandbox_layers(policy, sandbox, confined)))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
         hub = config.hub

@@ -48,6 +48,12 @@ def summary(layers: Mapping[str, str]) -> str:
     return "sandbox layers: " + "; ".join(parts)
 
 
+def _no_namespaces(sandbox: Mapping[str, Any]) -> str:
+    """Why bash has no namespaces of its own, as the probe found it (refused, or no mounts in them)."""
+    detail = str(sandbox.get("probe_detail") or "")
+    return f"no usable user namespaces ({detail})" if detail else "user namespaces unavailable"
+
+
 def sandbox_layers(
     policy: SandboxPolicy, sandbox: Mapping[str, Any], servers: Mapping[str, bool] | None = None
 ) -> dict[str, str]:
@@ -60,7 +66,7 @@ def sandbox_layers(
         "landlock": _landlock(sandbox),
         "pid_namespace": "on: every process of a command dies with it"
         if sandbox.get("pid_namespace")
-        else "off: user namespaces unavailable (process groups only)",
+        else f"off: {_no_namespaces(sandbox)} (process groups only)",
         "network_namespace": str(sandbox.get("network_namespace", "off")),
         "unix_sockets_hidden": str(sandbox.get("unix_sockets_hidden", "off")),
         "secrets_hidden": _secrets(policy, sandbox, hidden, confined),

@@ -66,12 +66,15 @@ class Support:
 
 
 def _parse(output: str) -> dict[str, tuple[int, str]]:
+    """`key=value [why]` lines -> {key: (value, why)}. A later line for a key wins: the probe says
+    `pidns=1` once the namespaces are entered and `pidns=0 <why>` when a later step fails (the mounts
+    refused inside them, as Ubuntu's AppArmor default gives), so that world is not used."""
     found: dict[str, tuple[int, str]] = {}
     for line in output.splitlines():
         key, _, rest = line.partition("=")
         value, _, why = rest.partition(" ")
         if key and value.lstrip("-").isdigit():
-            found.setdefault(key, (int(value), why))
+            found[key] = (int(value), why)
     return found
 
 
