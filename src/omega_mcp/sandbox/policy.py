@@ -1,7 +1,7 @@
 """The sandbox policy: which directories each kind of tool may write, and what is never writable.
 
 Pure data, no I/O beyond `Path` arithmetic: the file tools (`sandbox/paths.py`) enforce it with
-symlink-safe opens, and the bash trampoline (`sandbox/exec.py`) turns it into Landlock rules.
+symlink-safe opens, and the bash trampoline (`sandbox/child/exec.py`) turns it into Landlock rules.
 The blocklist (system directories and omega's own config/state) applies in every mode, so a
 model can never widen its own sandbox or register a new server.
 """
