@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
 from proxy_support import Notifications
+from waits import deadline
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 CLIENT = "carol-token-0123456789abcdef"
@@ -32,7 +33,7 @@ def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
 
 
 async def _until(check: object, what: str, seconds: float = 20) -> None:
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polling another process over HTTP
             await anyio.sleep(0.05)
 
@@ -124,7 +125,7 @@ async def test_sighup_adds_and_removes_servers_while_a_client_stays_connected(tm
             async def changed() -> set[str]:
                 return {t.name for t in (await client.list_tools()).tools}
 
-            with anyio.fail_after(20):
+            with deadline(20):
                 while "mcp__added__echo" not in (names := await changed()):
                     await notes.next()
             assert "mcp__gone__echo" not in names and "mcp__echo__echo" in names
