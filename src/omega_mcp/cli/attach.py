@@ -229,17 +229,29 @@ def _hello(options: _Options, window: str) -> bytes:
 def _open(address: HubAddress, hello: bytes) -> socket.socket:
     """A window's connection to the hub (started if needed), its hello answered.
 
+    A connection closed before the answer is tried again (bounded): a hub that was killed may leave
+    its listening socket for a moment with a child that is dying too.
+
     Raises:
         OSError: no hub could be reached or started.
         ValueError: the hub refused the window (the message says why).
     """
-    sock = start_hub(address)
-    sock.settimeout(30)
-    sock.sendall(hello)
-    answer = _read_line(sock, 120)  # a hub that just started answers once its server is built
-    if answer is None:
+    deadline = time.monotonic() + _START_SECONDS
+    while True:
+        sock = start_hub(address)
+        try:
+            sock.settimeout(30)
+            sock.sendall(hello)
+        except OSError:
+            answer = None
+        else:
+            answer = _read_line(sock, 120)  # a hub that just started answers once its server is built
+        if answer is not None:
+            break
         sock.close()
-        raise OSError(errno.ECONNRESET, "the hub closed the connection")
+        if time.monotonic() > deadline:
+            raise OSError(errno.ECONNRESET, "the hub closed the connection")
+        time.sleep(0.1)
     if answer.get("ok") is not True:
         sock.close()
         raise ValueError(str(answer.get("error")))

@@ -262,7 +262,7 @@ class _Connection:
         writer_fd = os.dup(sock.fileno())
         reader, writer = PipeReader(sock.fileno(), label=f"[{client}]"), PipeWriter(writer_fd, label=f"[{client}]")
         try:
-            await serve_streams(server, reader, writer, max_message_bytes=self.max_message_bytes)
+            await serve_streams(server, reader, writer, max_message_bytes=self.max_message_bytes, one_of_many=True)
         finally:
             WINDOW.reset(token)
             reader.detach()
