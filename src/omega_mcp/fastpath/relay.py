@@ -105,14 +105,10 @@ class Relay:
         server_info: dict[str, Any] | None = None,
         accept: Callable[[str], bool] | None = None,
         log_level: Callable[[], str | None] = lambda: None,
-        per_client_sessions: bool = False,
     ) -> None:
         """`accept(name)`: whether the relay takes a call to `name` (one it declines goes the SDK way: in
         search mode, a tool the session has not listed yet). `log_level()`: the level the (handshake-era)
-        client asked for with `logging/setLevel`, if any. `per_client_sessions`: this client is one of
-        several (a window of the shared hub), so a `share = "session"` server's calls go the SDK way,
-        which picks the client's own connection."""
-        self._per_client_sessions = per_client_sessions
+        client asked for with `logging/setLevel`, if any."""
         self._accept = accept
         self._server_info = json.dumps(server_info or {})  # stamped into each 2026-era answer, copied fresh
         self._log_level = log_level
@@ -164,8 +160,6 @@ class Relay:
         if route is None or target is None or client_id in self._by_client:
             return False
         session, timeout = target
-        if self._per_client_sessions and session.spec.share == "session":
-            return False
         pipes = session.pipes_for(modern)
         lane = session.lane_for(modern) if pipes is None else None
         passed = modern and session.era == "modern"  # 2026 to 2026: everything passes as it is

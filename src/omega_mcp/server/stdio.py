@@ -109,10 +109,8 @@ async def serve_streams(
     *,
     relay: bool = True,
     max_message_bytes: int | None = None,
-    one_of_many: bool = False,
 ) -> None:
-    """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams);
-    `one_of_many`: a window of the shared hub (its session servers are its own: `Relay`)."""
+    """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams)."""
     async with anyio.create_task_group() as task_group:
         if (
             max_message_bytes is not None
@@ -135,7 +133,6 @@ async def serve_streams(
                 server_info=server.server_info_stamp,
                 accept=server.relay_accepts,
                 log_level=server.client_log_level,
-                per_client_sessions=one_of_many,
             )
             read_stream.take = relay_calls.from_client
             read_stream.congested = relay_calls.downstream_congested

@@ -7,9 +7,10 @@ the connection a window, a client of its own (`Profiles.window`: its workspace a
 served by the one `OmegaServer` over the one Toolbox; `{"omega": "status" | "stop" | "ready"}` is a
 control request, answered with one JSON line. The hub answers a hello with one line too (`{"ok": true}`
 or `{"ok": false, "error": ...}`), then MCP flows as newline-delimited JSON-RPC through the same pipe
-streams as stdio (`PipeReader`/`PipeWriter` on the socket, with the stdio relay for calls to stdio
-servers). The socket lives in a 0700 directory, and every peer's uid is checked with SO_PEERCRED: a
-peer of another uid is closed without a word.
+streams as stdio (`PipeReader`/`PipeWriter` on the socket; calls take the SDK path with the hub's
+fast `tools/call` middleware, not the stdio relay, which serves one client per server pipe). The
+socket lives in a 0700 directory, and every peer's uid is checked with SO_PEERCRED: a peer of
+another uid is closed without a word.
 """
 
 from __future__ import annotations
@@ -262,7 +263,9 @@ class _Connection:
         writer_fd = os.dup(sock.fileno())
         reader, writer = PipeReader(sock.fileno(), label=f"[{client}]"), PipeWriter(writer_fd, label=f"[{client}]")
         try:
-            await serve_streams(server, reader, writer, max_message_bytes=self.max_message_bytes, one_of_many=True)
+            # No stdio relay: it hooks each server's pipe for one client only (its ids and answers are
+            # that client's), and it would not pick a window's own `share = "session"` connection.
+            await serve_streams(server, reader, writer, relay=False, max_message_bytes=self.max_message_bytes)
         finally:
             WINDOW.reset(token)
             reader.detach()
