@@ -272,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="point Claude Code at a running hub (e.g. http://127.0.0.1:8765/mcp) instead of starting omega; "
         "the hub has its own workspace and mode",
     )
+    claude.add_argument(
+        "--standalone",
+        action="store_true",
+        help="an entry that runs its own omega (serve) instead of attaching to the user's shared hub (attach)",
+    )
 
     login = sub.add_parser(
         "login",
