@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
@@ -96,7 +97,8 @@ async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project
             assert result.content[0].text.splitlines()[0] == str(project)  # type: ignore[union-attr]
     finally:  # the entry attaches to the shared hub, which it started: stop it
         stop = [sys.executable, "-m", "omega_mcp", "hub", "stop"]
-        subprocess.run(stop, capture_output=True, env=entry["env"] | _env(tmp_path), cwd=tmp_path, timeout=90)
+        with anyio.fail_after(90):
+            await anyio.run_process(stop, env=entry["env"] | _env(tmp_path), cwd=tmp_path, check=False)
     assert (project / "note.txt").read_text() == "made\n"
 
 
