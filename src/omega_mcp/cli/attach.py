@@ -22,14 +22,11 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import selectors
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import cast
 
 __all__ = ["HubAddress", "address_of", "main", "request", "start_hub"]
 
@@ -129,7 +126,8 @@ def _object(data: bytes) -> dict[str, object] | None:
         return None
     if not isinstance(found, dict):
         return None
-    return {str(k): v for k, v in cast("dict[object, object]", found).items()}
+    items: dict[object, object] = found  # pyright: ignore[reportUnknownVariableType]
+    return {str(k): v for k, v in items.items()}
 
 
 def request(address: HubAddress, what: str, seconds: float = 10.0, **fields: object) -> dict[str, object] | None:
@@ -170,6 +168,8 @@ def start_hub(address: HubAddress, extra: list[str] | None = None) -> socket.soc
         sock = address.connect()  # the window that held the lock started it
         if sock is not None:
             return sock
+        import subprocess  # only to start the hub: not on a window's way when one runs
+
         argv = [sys.executable, "-P", "-m", "omega_mcp", "hub", "serve", *(extra or [])]
         if address.config is not None:
             argv += ["--config", str(address.config)]
@@ -454,7 +454,7 @@ def main(argv: list[str]) -> int:
     if config is not None and not config.is_file():
         return _serve_instead(options, f"{config} does not exist")
     address = HubAddress(omega_home(), config)
-    hello = _hello(options, f"{os.getpid()}-{secrets.token_hex(3)}")
+    hello = _hello(options, f"{os.getpid()}-{os.urandom(3).hex()}")
     try:
         address.prepare()
         sock = _open(address, hello)
