@@ -265,3 +265,11 @@ def test_a_peer_of_another_uid_is_refused(tmp_path: Path, stop_hubs: None) -> No
     assert done.returncode == 0, done.stderr  # it did connect
     assert done.stdout.strip() == "b''"  # and was closed without a word
     assert _status(tmp_path, config) is not None  # while the hub still serves its own uid
+
+
+async def test_a_hub_names_tools_as_the_window_that_started_it_asked(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config, "--client-prefix", "mcp__omega__", "--names", "short") as client:
+        assert not (await client.call_tool("mcp__echo__pid", {})).is_error  # the full name is always accepted
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "echo__echo" in names and "mcp__echo__echo" not in names

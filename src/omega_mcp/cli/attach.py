@@ -145,8 +145,9 @@ def request(address: HubAddress, what: str, seconds: float = 10.0, **fields: obj
         sock.close()
 
 
-def start_hub(address: HubAddress, extra: list[str] | None = None) -> socket.socket:
-    """A connection to the hub, started detached if none runs (one start at a time, by the lock).
+def start_hub(address: HubAddress, naming: tuple[str | None, str | None] = (None, None)) -> socket.socket:
+    """A connection to the hub, started detached if none runs (one start at a time, by the lock); a hub
+    it starts names tools as `naming` says (`--client-prefix`, `--names` of the window; None: `[hub]`'s).
 
     Raises:
         OSError: it could not be started, or did not listen in time (the message says why).
@@ -170,11 +171,14 @@ def start_hub(address: HubAddress, extra: list[str] | None = None) -> socket.soc
             return sock
         import subprocess  # only to start the hub: not on a window's way when one runs
 
-        argv = [sys.executable, "-P", "-m", "omega_mcp", "hub", "serve", *(extra or [])]
+        argv = [sys.executable, "-P", "-m", "omega_mcp", "hub", "serve"]
         if address.config is not None:
             argv += ["--config", str(address.config)]
         env = {**os.environ, "OMEGA_HOME": str(address.home)}
         env.pop("OMEGA_CONFIG", None)
+        for key, value in zip(("OMEGA_HUB_CLIENT_PREFIX", "OMEGA_HUB_NAMES"), naming, strict=True):
+            if value is not None:
+                env[key] = value
         with open(address.log, "ab") as log, open(os.devnull, "rb") as nothing:
             proc = subprocess.Popen(
                 argv, stdin=nothing, stdout=log, stderr=log, cwd=address.run_dir, env=env, start_new_session=True
@@ -237,8 +241,9 @@ def _open(address: HubAddress, hello: bytes) -> socket.socket:
         ValueError: the hub refused the window (the message says why).
     """
     deadline = time.monotonic() + _START_SECONDS
+    asked = json.loads(hello)
     while True:
-        sock = start_hub(address)
+        sock = start_hub(address, (asked.get("client_prefix"), asked.get("names")))
         try:
             sock.settimeout(30)
             sock.sendall(hello)
@@ -255,6 +260,10 @@ def _open(address: HubAddress, hello: bytes) -> socket.socket:
     if answer.get("ok") is not True:
         sock.close()
         raise ValueError(str(answer.get("error")))
+    for key, flag in (("client_prefix", "--client-prefix"), ("names", "--names")):
+        if asked.get(key) is not None and answer.get(key) is not None and asked.get(key) != answer.get(key):
+            hub, mine = answer.get(key), asked.get(key)
+            _say(f"the running hub names tools with {flag} {hub!r}, not {mine!r} (the window that started it did)")
     sock.setblocking(False)
     return sock
 

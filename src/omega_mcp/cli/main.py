@@ -440,7 +440,10 @@ def _check_std_streams(args: argparse.Namespace) -> None:
 def _shared_hub(args: argparse.Namespace) -> None:
     """`hub serve` runs as `serve` does (its checks, early start, toolbox), on the hub's socket."""
     args.command, args.shared_hub, args.http, args.log_level = "serve", True, False, None
-    args.mode = args.workspace = args.client_prefix = args.names = None
+    args.mode = args.workspace = None
+    # The naming of the window that started it (cli/attach.py), not passed on to the servers.
+    args.client_prefix = os.environ.pop("OMEGA_HUB_CLIENT_PREFIX", None)
+    args.names = os.environ.pop("OMEGA_HUB_NAMES", None) or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -256,7 +256,9 @@ class _Connection:
         server, profiles, windows = self.server, self.profiles, self.windows
         profile = profiles.window(client, workspace, mode)
         policy = profile.policy or profiles.hub
-        _send_line(sock, {"ok": True, "client": client, "hub": os.getpid()})
+        naming = server.toolbox.naming
+        answer = {"ok": True, "client": client, "hub": os.getpid()}
+        _send_line(sock, {**answer, "client_prefix": naming.client_prefix, "names": naming.style})
         windows.join(Window(client, str(policy.workspace), policy.mode, pid))
         logger.info("window %s attached (workspace %s, mode %s)", client, policy.workspace, policy.mode)
         token = WINDOW.set(profile)
