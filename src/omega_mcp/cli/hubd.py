@@ -164,9 +164,11 @@ async def _serve(
         async def control(kind: str, request: Mapping[str, Any]) -> Mapping[str, Any]:
             if kind == "status":
                 return _status(current[0], downstreams, windows, started)
-            if kind == "ready":
-                await downstreams.wait_ready()
-                return {"ok": True, "ready": True}
+            if kind == "ready":  # every server connected or failed once (`wait_ready` is bounded by serve's 0 s)
+                with anyio.move_on_after(_START_SECONDS):
+                    while not downstreams.ready:  # noqa: ASYNC110 - the supervisor's flag, no public event
+                        await anyio.sleep(0.05)
+                return {"ok": downstreams.ready, "ready": downstreams.ready}
             if kind == "stop":
                 logger.info("hub stop: stopping")
                 tg.cancel_scope.cancel()
