@@ -278,3 +278,18 @@ async def test_a_hub_names_tools_as_the_window_that_started_it_asked(tmp_path: P
         assert not (await client.call_tool("mcp__echo__pid", {})).is_error  # the full name is always accepted
         names = {t.name for t in (await client.list_tools()).tools}
         assert "echo__echo" in names and "mcp__echo__echo" not in names
+
+
+async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_restarts(
+    tmp_path: Path, stop_hubs: None
+) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config) as client:
+        before = _text(await client.call_tool("mcp__echo__pid", {}))
+        added = f"[servers.added]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+        config.write_text(config.read_text() + added)
+        with anyio.fail_after(30):
+            while "mcp__added__echo" not in {t.name for t in (await client.list_tools()).tools}:  # noqa: ASYNC110
+                await anyio.sleep(0.2)  # the hub polls the file: nothing in this process to wait on
+        assert _text(await client.call_tool("mcp__added__echo", {"text": "new"})) == "new"
+        assert _text(await client.call_tool("mcp__echo__pid", {})) == before
