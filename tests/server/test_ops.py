@@ -29,7 +29,8 @@ def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
     config = tmp_path / "omega.toml"
     clients = f'[hub]\ndrain_seconds = {drain}\n[hub.clients.carol]\ntoken = "${{CAROL_TOKEN}}"\n'
     config.write_text("".join(_server(s) for s in servers) + clients)
-    return start_hub(tmp_path, "--config", str(config), env={"CAROL_TOKEN": CLIENT}), config
+    env = {"CAROL_TOKEN": CLIENT, "DAVE_TOKEN": "dave-token-0123456789abcdef"}
+    return start_hub(tmp_path, "--config", str(config), env=env), config
 
 
 async def _until(check: object, what: str, seconds: float = 20) -> None:
@@ -137,3 +138,21 @@ async def test_sighup_adds_and_removes_servers_while_a_client_stays_connected(tm
     finally:
         assert hub.stop() == 0
     assert "SIGHUP: reloaded" in hub.log.read_text()
+
+
+async def test_sighup_that_adds_a_client_restarts_no_server(tmp_path: Path) -> None:
+    hub, config = _hub(tmp_path, "echo", "other")
+    notes = Notifications()
+    try:
+        async with hub_client(hub.url, hub.token, message_handler=notes) as client:
+            pids = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
+            (tmp_path / "dave").mkdir()
+            added = f'[hub.clients.dave]\ntoken = "${{DAVE_TOKEN}}"\nworkspace = {str(tmp_path / "dave")!r}\n'
+            config.write_text(config.read_text() + added)
+            hub.proc.send_signal(signal.SIGHUP)
+            await _until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload")
+            assert "no server changed" in hub.log.read_text()
+            again = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
+            assert again == pids
+    finally:
+        assert hub.stop() == 0

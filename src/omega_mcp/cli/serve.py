@@ -36,6 +36,10 @@ async def run_serve(
     config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts | None = None
 ) -> int:
     """Serve the toolbox until the client leaves or a signal arrives; returns the exit code."""
+    if getattr(args, "shared_hub", False):
+        from omega_mcp.cli.hubd import run_shared_hub
+
+        return await run_shared_hub(config, args, guard, early)
     if args.http and not 0 < args.port < 65536:
         raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     sockets: list[socket.socket] = []

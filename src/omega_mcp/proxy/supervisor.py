@@ -356,6 +356,10 @@ class Downstreams(AsyncContextManagerMixin):
         if self._task_group is not None and spec.enabled and not entry.refused:
             self._task_group.start_soon(self._supervise, entry, name=f"omega downstream {spec.server_name}")
 
+    def respec(self, spec: DownstreamSpec) -> None:
+        """Take a spec that differs from the running one only where no restart is needed (reload.py)."""
+        self._entries[spec.server_name].spec = spec
+
     async def remove(self, server_name: str) -> None:
         """Stop a server (bounded) and take its tools out of the namespace (removed by a reload)."""
         entry = self._entries.pop(server_name)
