@@ -20,6 +20,8 @@ import pytest
 from mcp import MCPError
 from mcp.client.stdio import StdioServerParameters
 
+from waits import deadline
+
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 
 
@@ -80,7 +82,7 @@ def _hubs(config: Path) -> list[int]:
 
 
 async def _gone(pid: int, seconds: float = 30) -> None:
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         while _alive(pid):  # noqa: ASYNC110 - another process, no event to wait on
             await anyio.sleep(0.05)
 
@@ -171,7 +173,7 @@ async def test_a_window_outlives_a_killed_hub(tmp_path: Path, stop_hubs: None) -
         [hub] = _hubs(config)
         os.kill(hub, signal.SIGKILL)
         await _gone(hub)
-        with anyio.fail_after(60):
+        with deadline(60):
             while True:
                 try:
                     result = await client.call_tool("mcp__echo__echo", {"text": "after"})
@@ -288,7 +290,7 @@ async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_res
         before = _text(await client.call_tool("mcp__echo__pid", {}))
         added = f"[servers.added]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
         config.write_text(config.read_text() + added)
-        with anyio.fail_after(30):
+        with deadline(30):
             while "mcp__added__echo" not in {t.name for t in (await client.list_tools()).tools}:  # noqa: ASYNC110
                 await anyio.sleep(0.2)  # the hub polls the file: nothing in this process to wait on
         assert _text(await client.call_tool("mcp__added__echo", {"text": "new"})) == "new"

@@ -14,6 +14,8 @@ import mcp
 import pytest
 from mcp import StdioServerParameters
 
+from waits import deadline
+
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
@@ -97,7 +99,7 @@ async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project
             assert result.content[0].text.splitlines()[0] == str(project)  # type: ignore[union-attr]
     finally:  # the entry attaches to the shared hub, which it started: stop it
         stop = [sys.executable, "-m", "omega_mcp", "hub", "stop"]
-        with anyio.fail_after(90):
+        with deadline(90):
             await anyio.run_process(stop, env=entry["env"] | _env(tmp_path), cwd=tmp_path, check=False)
     assert (project / "note.txt").read_text() == "made\n"
 

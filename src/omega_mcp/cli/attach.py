@@ -205,12 +205,13 @@ class _Options:
             prog="omega-mcp attach",
             description="stdio MCP server for one client window, served by the user's shared hub for this config",
         )
-        parser.add_argument("--config", metavar="PATH")
-        parser.add_argument("--mode", choices=("sandbox", "rx", "rwx"))
-        parser.add_argument("--workspace", metavar="DIR")
-        parser.add_argument("--client-prefix", metavar="PREFIX")
-        parser.add_argument("--names", choices=("full", "short"))
-        parser.add_argument("--log-level", metavar="LEVEL")
+        # The same flags and help as cli/main.py's `attach` parser, without importing it (no SDK here).
+        parser.add_argument("--config", metavar="PATH", help="servers.toml to use (found as for serve)")
+        parser.add_argument("--mode", choices=("sandbox", "rx", "rwx"), help="this window's sandbox mode")
+        parser.add_argument("--workspace", metavar="DIR", help="this window's workspace")
+        parser.add_argument("--client-prefix", metavar="PREFIX", help="as for serve")
+        parser.add_argument("--names", choices=("full", "short"), help="as for serve")
+        parser.add_argument("--log-level", metavar="LEVEL", help="as for serve")
         self.args = parser.parse_args(argv)
         self.argv = argv
 

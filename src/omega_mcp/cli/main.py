@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--workspace", metavar="DIR", help="this window's workspace (default: the hub's)")
     attach.add_argument("--client-prefix", metavar="PREFIX", help="as for serve")
     attach.add_argument("--names", choices=("full", "short"), help="as for serve")
+    attach.add_argument("--log-level", metavar="LEVEL", help="stderr log level of the hub this window starts")
     hub = sub.add_parser(
         "hub",
         help="the shared hub of a config: start (and wait until every server settled), status, stop",

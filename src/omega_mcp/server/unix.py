@@ -29,10 +29,10 @@ from typing import Any
 import anyio
 
 from omega_mcp.narrow import object_or_none
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.server.profiles import WINDOW, Profiles
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.server.stdio import serve_streams
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["Control", "Window", "Windows", "bind_unix", "peer_uid", "serve_unix"]
 
