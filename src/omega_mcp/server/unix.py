@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.narrow import object_or_none
 from omega_mcp.server.profiles import WINDOW, Profiles
 from omega_mcp.server.server import OmegaServer
@@ -238,6 +239,8 @@ class _Connection:
             await self._window(sock, hello)
         except OSError as exc:
             logger.debug("hub socket: a connection failed: %s", exc)
+        except Exception:  # boundary: one window's failure must not take the hub (and every other window) down
+            logger.exception("hub socket: a connection failed")
         finally:
             sock.close()
 
@@ -263,7 +266,8 @@ class _Connection:
         logger.info("window %s attached (workspace %s, mode %s)", client, policy.workspace, policy.mode)
         token = WINDOW.set(profile)
         writer_fd = os.dup(sock.fileno())
-        reader, writer = PipeReader(sock.fileno(), label=f"[{client}]"), PipeWriter(writer_fd, label=f"[{client}]")
+        reader = PipeReader(sock.fileno(), SESSION_MESSAGES, label=f"[{client}]")
+        writer = PipeWriter(writer_fd, SESSION_MESSAGES, label=f"[{client}]")
         try:
             # No stdio relay: it hooks each server's pipe for one client only (its ids and answers are
             # that client's), and it would not pick a window's own `share = "session"` connection.
