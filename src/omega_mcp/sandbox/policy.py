@@ -42,6 +42,7 @@ def interpreter_dirs() -> tuple[Path, ...]:
 
 TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a secret
 STATE_DIR_NAME = "state"
+RUN_DIR_NAME = "run"
 SCRATCH_DIR_NAME = "scratch"
 SERVERS_DIR_NAME = "servers"
 SESSIONS_DIR_NAME = "sessions"
@@ -176,12 +177,19 @@ class SandboxPolicy:
 
     @property
     def state_dir(self) -> Path:
+        """`$OMEGA_HOME/state`: OAuth tokens and pins, hidden from bash and every confined server always."""
         return self.home / STATE_DIR_NAME
+
+    @property
+    def run_dir(self) -> Path:
+        """`$OMEGA_HOME/run`: the shared hub's socket, hidden from bash and every confined server always."""
+        return self.home / RUN_DIR_NAME
 
     @property
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config, state and code: never writable (any mode), token never readable."""
-        paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.run_dir, self.servers_dir]
+        paths.append(self.sessions_dir)
         paths.append(self.quarantine_dir)
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
@@ -210,10 +218,12 @@ class SandboxPolicy:
 
     @property
     def own_hidden(self) -> tuple[Path, ...]:
-        """omega's own files no tool may read: its token, state, config files, saved sessions and the
-        sessions' private /tmp directories (the caller's own is reached at `tmp_dir` instead)."""
+        """omega's own files no tool may read: its token, state, run directory (the hub's socket), config
+        files, saved sessions and the sessions' private /tmp directories (the caller's own is reached at
+        `tmp_dir` instead)."""
         configs = [p for p in (self.config_path, self.home / "servers.toml") if p is not None]
-        return (self.token_file, self.state_dir, *configs, self.sessions_dir, self.private_tmp_root, *self.foreign)
+        own = (self.token_file, self.state_dir, self.run_dir, *configs, self.sessions_dir, self.private_tmp_root)
+        return (*own, *self.foreign)
 
     @property
     def hidden_paths(self) -> tuple[Path, ...]:
