@@ -376,8 +376,19 @@ class ClientConfig(_Strict):
     """The client's own workspace (None: the hub's)."""
     mode: SandboxMode | None = None
     """The client's own sandbox mode (None: the hub's)."""
+    prompts: tuple[str, ...] | None = None
+    """Allow globs over exported prompt names (`<server>__<prompt>`) of the servers it may use; None: all."""
+    resources: tuple[str, ...] | None = None
+    """Allow globs over resource URIs (and templates) of the servers it may use; None: all."""
 
-    _lists = field_validator("tools", "exclude_tools", mode="before")(_need_list)
+    _lists = field_validator("tools", "exclude_tools", "prompts", "resources", mode="before")(_need_list)
+
+    @field_validator("prompts", "resources")
+    @classmethod
+    def _globs(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and any(not g.strip() for g in value):
+            raise ValueError('a list of non-empty glob strings, e.g. ["docs__*"]')
+        return value
 
     @field_validator("workspace", mode="before")
     @classmethod
@@ -414,6 +425,8 @@ class HubConfig(_Strict):
     """Globs of the tools listed even in search mode; None: the built-ins."""
     drain_seconds: float = Field(default=30.0, ge=0, le=3600, allow_inf_nan=False)
     """On SIGTERM, how long requests are still served (and calls in flight may finish) before omega exits."""
+    max_sessions_per_client: int = Field(default=32, gt=0, le=100_000, strict=True)
+    """How many handshake-era sessions one client token may hold open at once."""
     clients: dict[ClientKey, ClientConfig] = Field(default_factory=dict[str, ClientConfig])
     """`[hub.clients.NAME]`: the HTTP clients with their own token and profile."""
 

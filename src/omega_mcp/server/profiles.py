@@ -68,6 +68,10 @@ class ClientProfile:
         self._everything = config.tools is None
         self._deny = _matcher(config.exclude_tools)
         self._verdicts: dict[Route, bool] = {}
+        self._prompts = _matcher(config.prompts) if config.prompts is not None else None
+        self._resources = _matcher(config.resources) if config.resources is not None else None
+        self._servers_version = -1
+        self._servers: set[str] = set()
 
     def permits(self, route: Route) -> bool:
         """Whether this client may see and call the tool at `route` (decided once per route)."""
@@ -83,6 +87,25 @@ class ClientProfile:
                 self._verdicts.clear()
             self._verdicts[route] = verdict
         return verdict
+
+    def uses_server(self, downstreams: Downstreams, server_name: str) -> bool:
+        """Whether this client may use some tool of `server_name`: only then does it see the server's
+        prompts, resources, templates, completions and subscriptions (decided once per catalog version)."""
+        version = downstreams.version
+        if self._servers_version != version:
+            self._servers_version = version
+            self._servers = {name for name, tool in downstreams.tools() if self.permits(Route(name, tool.name))}
+        return server_name in self._servers
+
+    def allows_prompt(self, downstreams: Downstreams, server_name: str, exported: str) -> bool:
+        """Whether this client may see and get the prompt exported as `exported` (`<server>__<prompt>`)."""
+        allowed = self._prompts is None or self._prompts.fullmatch(exported) is not None
+        return allowed and self.uses_server(downstreams, server_name)
+
+    def allows_resource(self, downstreams: Downstreams, server_name: str, uri: str) -> bool:
+        """Whether this client may see, read, complete and subscribe to the resource (or template) `uri`."""
+        allowed = self._resources is None or self._resources.fullmatch(uri) is not None
+        return allowed and self.uses_server(downstreams, server_name)
 
     def visible(self, toolbox: Toolbox, tools: Iterable[types.Tool]) -> list[types.Tool]:
         """The tools of a listing this client may see (search mode's own two tools route nowhere: kept)."""
