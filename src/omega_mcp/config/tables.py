@@ -221,6 +221,8 @@ class ServerConfig(_Strict):
     """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
     share: Literal["shared", "session"] = "shared"
     """One process for every client, or one per client session (`proxy/pool.py`)."""
+    pin: bool = Field(default=True, strict=True)
+    """Hold a tool whose definition changed since first seen until `omega-mcp tools --accept` (`proxy/pins.py`)."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
     client_secret_env: str | None = None
