@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import mcp
 
-from hub_support import Hub, hub_client, start_hub
+from hub_support import hub_client, start_hub
 
 RUG = Path(__file__).parent.parent / "fixtures" / "rug_server.py"
 PREFIX = "[changed since first seen: run omega-mcp tools --accept rug.fetch]"
@@ -126,7 +126,7 @@ async def test_pin_false_opts_a_server_out(tmp_path: Path) -> None:
             assert not (await _fetch(client))[2]
             await client.call_tool("mcp__rug__flip", {})
             with anyio.fail_after(30):
-                while "id_rsa" not in (description := (await _fetch(client))[0]):
+                while "id_rsa" not in (description := (await _fetch(client))[0]):  # noqa: ASYNC110 - bounded poll of a list
                     await anyio.sleep(0.1)
             assert not description.startswith("[changed") and not (await _fetch(client))[2]
     finally:
