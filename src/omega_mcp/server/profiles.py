@@ -3,7 +3,8 @@
 A client's bearer token names it (`auth.py`); its profile is the tools it may see and call (`tools`
 allow globs minus `exclude_tools` deny globs, `fnmatch` and case-sensitive like a server's own,
 over built-in names and full `mcp__<server>__<tool>` names) and the sandbox its built-in calls run
-in: its own `workspace` and `mode` when set, else the hub's. Never a second routing table: the
+in: its own tree `$OMEGA_HOME/clients/NAME/` (scratch, caches, private /tmp, session directories:
+`SandboxPolicy.client_dir`), its own `workspace` and `mode` when set, else the hub's. Never a second routing table: the
 Toolbox resolves every name, then asks the profile (`Toolbox.call_tool_wire(profile=...)`); a tool
 the profile does not permit is, to that client, an unknown tool (the same JSON-RPC error, naming
 only its own tools), absent from its tools/list and its search results. Every other client's own
@@ -32,7 +33,7 @@ from omega_mcp.config import ClientConfig
 from omega_mcp.names import Route, normalize, tool_prefix
 from omega_mcp.proxy.pool import SESSION
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.policy import HUB_CLIENT, SandboxPolicy
 from omega_mcp.server.auth import client_of_scope
 from omega_mcp.toolbox import Toolbox
 
@@ -60,7 +61,7 @@ def _matcher(globs: Sequence[str]) -> re.Pattern[str] | None:
 class ClientProfile:
     """One `[hub.clients.NAME]`: the tools it may use and the sandbox of its built-in calls."""
 
-    def __init__(self, name: str, config: ClientConfig, policy: SandboxPolicy | None) -> None:
+    def __init__(self, name: str, config: ClientConfig, policy: SandboxPolicy) -> None:
         self.name = name
         self.config = config
         self.policy = policy
@@ -113,16 +114,17 @@ class ClientProfile:
         return [t for t in tools if (route := namespace.resolve(t.name)) is None or self.permits(route)]
 
 
-def client_policy(hub: SandboxPolicy, config: ClientConfig, foreign: Sequence[Path]) -> SandboxPolicy | None:
-    """The sandbox of a client's built-in calls: the hub's with its own workspace and mode, and the
-    `foreign` workspaces (every other one but those holding its own); None when it has none of its own."""
+def client_policy(
+    hub: SandboxPolicy, config: ClientConfig, foreign: Sequence[Path], name: str = HUB_CLIENT
+) -> SandboxPolicy:
+    """The sandbox of client `name`'s built-in calls: the hub's with its own tree
+    (`$OMEGA_HOME/clients/<name>/`: scratch, caches, private /tmp, session directories), its own
+    workspace and mode when set, and the `foreign` workspaces (every other one but those holding its own)."""
     workspace = config.workspace or hub.workspace
     others = tuple(
         dict.fromkeys(p for p in foreign if p != workspace and not workspace.is_relative_to(p) and p != hub.home)
     )
-    if config.workspace is None and config.mode is None and not others:
-        return None
-    return dataclasses.replace(hub, workspace=workspace, mode=config.mode or hub.mode, foreign=others)
+    return dataclasses.replace(hub, workspace=workspace, mode=config.mode or hub.mode, foreign=others, client=name)
 
 
 class Profiles:
@@ -142,7 +144,7 @@ class Profiles:
             foreign = [w for other, w in own.items() if other != name]
             if config.workspace is not None:
                 foreign.append(self.hub.workspace)  # a client with a workspace of its own: the hub's is not its
-            policy = client_policy(self.hub, config, foreign)
+            policy = client_policy(self.hub, config, foreign, name)
             kept = old.get(name)
             if kept is not None and kept.config == config and kept.policy == policy:
                 profiles[name] = kept  # its sessions' private /tmp and protected names stay as they are
@@ -159,7 +161,7 @@ class Profiles:
 
     def policies(self) -> list[SandboxPolicy]:
         """The clients' own sandboxes (for the checks before start and the workspaces to create)."""
-        return [p.policy for p in self.by_name.values() if p.policy is not None]
+        return [p.policy for p in self.by_name.values()]
 
 
 def session_key(
