@@ -230,6 +230,8 @@ class SandboxPolicy:
         """omega's own config, state and code: never writable (any mode), token never readable."""
         paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
         paths.append(self.quarantine_dir)
+        if self.server_name is None:  # the tools never write a session server's directory (its own cwd)
+            paths += [self.session_dirs_root, self.client_dir / "node_modules"]
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
         paths += [*self.config_candidates, *self.own_code, *self.foreign]

@@ -31,7 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from omega_mcp._sdk import connection_of
 from omega_mcp.config import ClientConfig
 from omega_mcp.names import Route, normalize, tool_prefix
-from omega_mcp.proxy.pool import SESSION
+from omega_mcp.proxy.pool import SESSION, SESSION_ROOT
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import HUB_CLIENT, SandboxPolicy
 from omega_mcp.server.auth import client_of_scope
@@ -197,10 +197,13 @@ class ClientScope(ServerMiddleware[Any]):
         key = None
         if ctx.method == "tools/call" and self.catalog is not None:
             key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end)
+        policy = profile.policy if profile is not None else self.profiles.hub
         profile_token, session_token = PROFILE.set(profile), SESSION.set(key)
+        root_token = SESSION_ROOT.set((policy.client, policy.session_dirs_root))
         try:
             return await call_next(ctx)
         finally:
+            SESSION_ROOT.reset(root_token)
             SESSION.reset(session_token)
             PROFILE.reset(profile_token)
 
