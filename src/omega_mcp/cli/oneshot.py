@@ -58,11 +58,13 @@ def _server_line(status: ServerStatus, confinement: dict[str, object]) -> str:
 
 async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
     """Print the tools grouped by origin with each server's status (or all of it as JSON with --json)."""
+    from omega_mcp.cli.hub import check_clients
     from omega_mcp.names import Route
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers
     from omega_mcp.sandbox.servers import confined_servers, describe_confinement, server_policy
 
+    check_clients(config)  # the team configs `serve --http` refuses, refused here too
     accept = getattr(args, "accept", None)
     if accept is not None:
         server_name = accept.partition(".")[0]
