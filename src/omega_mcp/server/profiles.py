@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, cast
 
-from mcp import types
+from mcp import MCPError, types
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -50,6 +50,8 @@ __all__ = [
 PROFILE: ContextVar[ClientProfile | None] = ContextVar("omega_profile", default=None)
 """The profile of the hub client whose request is being handled (set by `ClientScope`); None: every tool."""
 
+_COUNTED = "omega_mcp.client_session"
+"""`Connection.state` key: this connection counts against its client's `max_sessions_per_client`."""
 _POOL_CLEANUP = "omega_mcp.pool_cleanup"
 """`Connection.state` key: the connection's own session servers are stopped when it closes."""
 
@@ -130,8 +132,14 @@ def client_policy(
 class Profiles:
     """Every client's profile by name, and which one a request comes from (reloaded as a whole)."""
 
-    def __init__(self, hub: SandboxPolicy, clients: Mapping[str, ClientConfig]) -> None:
+    def __init__(
+        self, hub: SandboxPolicy, clients: Mapping[str, ClientConfig], max_sessions_per_client: int = 32
+    ) -> None:
         self.hub = hub
+        self.max_sessions_per_client = max_sessions_per_client
+        """`[hub] max_sessions_per_client`: handshake-era sessions one client token may hold open."""
+        self.open_sessions: dict[str, set[int]] = {}
+        """Each named client's open handshake-era sessions (their connections' ids)."""
         self.by_name: dict[str, ClientProfile] = {}
         self.replace(clients)
 
@@ -192,8 +200,36 @@ class ClientScope(ServerMiddleware[Any]):
         self.profiles = profiles
         self.catalog = catalog
 
+    def _count_session(self, ctx: ServerRequestContext[Any, Any], profile: ClientProfile) -> None:
+        """A named client's `initialize` opens one of its at most `max_sessions_per_client` sessions.
+
+        Raises:
+            MCPError: it holds that many already (the answer says which limit and how to raise it).
+        """
+        connection = connection_of(ctx.session)
+        if connection.protocol_version in MODERN_PROTOCOL_VERSIONS or connection.state.get(_COUNTED):
+            return
+        mine = self.profiles.open_sessions.setdefault(profile.name, set())
+        limit = self.profiles.max_sessions_per_client
+        if len(mine) >= limit:
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message=f"client {profile.name} already holds {len(mine)} open sessions, the hub's "
+                f"max_sessions_per_client ({limit}): end one (DELETE /mcp with its Mcp-Session-Id), or raise "
+                "[hub] max_sessions_per_client in the hub's config",
+            )
+        connection.state[_COUNTED] = True
+        mine.add(id(connection))
+
+        async def closed() -> None:
+            mine.discard(id(connection))
+
+        connection.exit_stack.push_async_callback(closed)
+
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         profile = self.profiles.of(ctx.request)
+        if profile is not None and ctx.method == "initialize":
+            self._count_session(ctx, profile)
         key = None
         if ctx.method == "tools/call" and self.catalog is not None:
             key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end)
