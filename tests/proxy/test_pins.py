@@ -142,3 +142,24 @@ def test_accepting_an_unknown_server_or_tool_is_a_usage_error(tmp_path: Path) ->
     assert unknown.returncode == 2 and "no server 'nosuch'" in unknown.stderr
     no_tool = _cli(tmp_path, "--accept", "rug.nosuch")
     assert no_tool.returncode == 2 and "offers no tool 'nosuch'" in no_tool.stderr
+
+
+async def test_a_held_tool_is_refused_over_stdio_too(tmp_path: Path) -> None:
+    """The stdio relay (fastpath/) declines a held tool, so the SDK path refuses it."""
+    config = _config(tmp_path)
+    (tmp_path / "ws").mkdir()
+    params = mcp.StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "serve", "--config", str(config), "--workspace", str(tmp_path / "ws")],
+        env={"OMEGA_HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "")},
+        cwd=tmp_path,
+    )
+    async with mcp.Client(params, mode="legacy") as client:
+        assert not (await _fetch(client))[2]
+    (tmp_path / "variant").write_text("2")
+    async with mcp.Client(params, mode="legacy") as client:
+        description, _, failed, text = await _fetch(client)
+        assert description.startswith(PREFIX) and failed and PREFIX in text
+        for _ in range(3):  # the relay takes repeated calls of known tools: never this one
+            again = await client.call_tool("mcp__rug__fetch", {"url": "y"})
+            assert again.is_error and PREFIX in again.content[0].text  # type: ignore[union-attr]
