@@ -148,7 +148,7 @@ async def _serve(
             if hub.tool_search == "off"
             else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
         )
-        profiles = Profiles(policy, hub.clients)
+        profiles = Profiles(policy, hub.clients, hub.max_sessions_per_client)
         ensure_client_workspaces(config)
         server = build_server(
             toolbox,

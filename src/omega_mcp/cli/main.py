@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument(
         "--json", action="store_true", help="print one JSON object (config, tools, servers, sandbox) instead of a table"
     )
+    tools.add_argument(
+        "--accept",
+        metavar="SERVER[.TOOL]",
+        help="accept the changed definitions of a server's tools (or of one tool) as they are offered now; "
+        "a running omega serves them again at its next list or call",
+    )
 
     call = sub.add_parser("call", help="call one tool and print the result (exit 1 if isError)")
     call.add_argument(

@@ -138,6 +138,13 @@ class Exports:
         items = [(n, t.uri_template, t) for n, c, _ in self._connected() for t in c.resource_templates]
         return self._first_wins("resource template", items)
 
+    def template_owner(self, uri_template: str) -> str | None:
+        """The server whose resource template `uri_template` is exported (the first listing it)."""
+        return next(
+            (n for n, c, _ in self._connected() if any(t.uri_template == uri_template for t in c.resource_templates)),
+            None,
+        )
+
     def owner_of(self, uri: str) -> tuple[str, DownstreamSession] | None:
         """The server a URI belongs to: the one listing it, else the first with a matching template."""
         connected = self._connected()

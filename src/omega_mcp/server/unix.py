@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import struct
 import time
@@ -30,6 +31,7 @@ import anyio
 
 from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.narrow import object_or_none
+from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.profiles import WINDOW, Profiles
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.server.stdio import serve_streams
@@ -198,6 +200,13 @@ async def serve_unix(
             task_group.start_soon(_Connection(server, profiles, windows, control, max_message_bytes).serve, sock)
 
 
+def _remove_tree(policy: SandboxPolicy) -> None:
+    """A window's own tree goes with it (a window id is never reused, so its caches would only pile up)."""
+    tree = policy.client_dir
+    if tree.parent == policy.clients_dir and tree.name.startswith("window-"):
+        shutil.rmtree(tree, ignore_errors=True)
+
+
 def _window_settings(hello: Mapping[str, Any]) -> tuple[str, Path | None, str | None, int | None] | str:
     """(client name, workspace, mode, pid) from a window's hello, or what is wrong with it."""
     window, workspace, mode, pid = hello.get("window"), hello.get("workspace"), hello.get("mode"), hello.get("pid")
@@ -284,4 +293,6 @@ class _Connection:
                     await server.catalog.pool.end(("omega-client", client))
             profiles.leave(client)
             windows.leave(client)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                await anyio.to_thread.run_sync(_remove_tree, policy)
             logger.info("window %s left", client)
