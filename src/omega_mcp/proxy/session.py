@@ -35,7 +35,7 @@ from omega_mcp.loglevels import ROUTED, python_level
 from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.bounds import too_large
 from omega_mcp.proxy.client_requests import CALLER, Caller, ServerRequests
-from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link
+from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link, open_primary
 from omega_mcp.proxy.eras import Era, HandshakeChannel, modern_envelope
 from omega_mcp.proxy.http_lane import Lane
 from omega_mcp.proxy.listing import list_catalog, list_prompts, list_resources
@@ -96,10 +96,10 @@ class DownstreamSession(AsyncContextManagerMixin):
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         async with AsyncExitStack() as stack:
-            self._link = await open_link(
+            self._link = await open_primary(
                 stack,
                 self.spec,
-                choice=self.spec.era,
+                memory=self._warned,
                 requests=self._requests,
                 on_message=self._primary_message,
                 on_eof=lambda: self._lost(self.stopped_because() or "the server closed the connection"),
