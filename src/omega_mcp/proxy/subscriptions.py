@@ -18,6 +18,7 @@ from typing import Protocol
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.proxy.apps import server_uri
 from omega_mcp.proxy.spec import DownstreamSpec
 
 __all__ = ["SubscriptionServer", "Subscriptions"]
@@ -101,11 +102,12 @@ class Subscriptions:
         timeout_seconds = session.spec.timeout_seconds
         uris = list(self._wanted.get(server_name, {}))
         if session.era != "handshake":
-            await session.set_subscriptions(uris)
+            await session.set_subscriptions([server_uri(server_name, u) for u in uris])
             return
         for uri in uris:
             try:
-                await session.request("resources/subscribe", {"uri": uri}, timeout_seconds=timeout_seconds)
+                asked = {"uri": server_uri(server_name, uri)}
+                await session.request("resources/subscribe", asked, timeout_seconds=timeout_seconds)
             except MCPError as exc:
                 logger.warning("server %s: subscribing to %s again failed: %s", server_name, uri, exc.message)
 
@@ -134,10 +136,11 @@ class Subscriptions:
 
     async def _ask(self, server_name: str, session: SubscriptionServer, uri: str, *, subscribe: bool) -> None:
         if session.era != "handshake":
-            await session.set_subscriptions(list(self._wanted.get(server_name, {})))
+            await session.set_subscriptions([server_uri(server_name, u) for u in self._wanted.get(server_name, {})])
             return
         method = "resources/subscribe" if subscribe else "resources/unsubscribe"
-        await session.request(method, {"uri": uri}, timeout_seconds=session.spec.timeout_seconds)
+        asked = {"uri": server_uri(server_name, uri)}
+        await session.request(method, asked, timeout_seconds=session.spec.timeout_seconds)
 
 
 UpdateSink = Callable[[str, set[object]], Awaitable[None]]
