@@ -159,7 +159,7 @@ class CatalogHandlers:
         try:
             for uri in params.notifications.resource_subscriptions or ():
                 try:
-                    await subscriptions.subscribe(stream, uri)
+                    await subscriptions.subscribe(stream, uri, modern=True)
                 except MCPError as exc:  # honored anyway, as a server honors any URI: it just never fires
                     logger.debug("listen: %s is not subscribed downstream: %s", uri, exc.message)
             return await self._listen(ctx, params)
