@@ -107,7 +107,7 @@ class Exports:
             ) or next((s for _, c, s in self._connected() if any(r.uri == ref.uri for r in c.resources)), None)
             if owner is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
-            wire_ref = {"type": "ref/resource", "uri": ref.uri}
+            wire_ref = {"type": "ref/resource", "uri": server_uri(owner.spec.server_name, ref.uri)}
         capabilities = owner.capabilities
         if capabilities.completions is None:
             return types.CompleteResult(completion=types.Completion(values=[]))
