@@ -5,6 +5,7 @@ by `search_tools` nor run through `call_tool`."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -28,8 +29,12 @@ from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from proxy_support import FIXTURES, client, downstream_spec, hub
 
-sys.path.insert(0, str(FIXTURES))
-from app_server import UI, app_server
+_spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
+assert _spec is not None and _spec.loader is not None
+_fixture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fixture)
+UI: str = _fixture.UI
+app_server = _fixture.app_server
 
 APP_SERVER = FIXTURES / "app_server.py"
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
