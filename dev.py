@@ -4,10 +4,13 @@
     python3 dev.py serve [omega-mcp serve flags]   # make .venv, install, run the hub on ./servers.toml (stdio)
     python3 dev.py test  [pytest args]             # make .venv, install, run the whole test suite (4 workers; -n 0: one)
     python3 dev.py lint                            # ruff check, ruff format --check, pyright
+    python3 dev.py docs                            # mkdocs build --strict of docs/ (into a temporary directory)
     python3 dev.py --help                          # this text (installs nothing)
 
 The virtual environment is created once in .venv and reinstalled only when pyproject.toml changes.
-The command is checked before anything is installed.
+The command is checked before anything is installed. `test` measures the coverage of src/omega_mcp
+and prints its total before pytest's summary, with no threshold (`--no-cov`: not measured); the
+data stays in .coverage for `.venv/bin/coverage report`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -59,6 +63,14 @@ def _workers(args: list[str]) -> list[str]:
     return ["-n", os.environ.get("OMEGA_TEST_WORKERS", "4"), "--dist", "loadfile"]
 
 
+def _coverage(args: list[str]) -> list[str]:
+    """Coverage of the package in the test processes (xdist's workers too; not the subprocesses a test
+    starts), reported as one total line by tests/conftest.py; arguments that choose otherwise win."""
+    if any(a.startswith(("--cov", "--no-cov")) for a in args) or "no:pytest_cov" in args or "no:cov" in args:
+        return []
+    return ["--cov=omega_mcp", "--cov-report="]
+
+
 LINTERS = {
     "ruff check": ["-m", "ruff", "check", "src", "tests", "bench"],
     "ruff format --check": ["-m", "ruff", "format", "--check", "src", "tests", "bench"],
@@ -78,7 +90,19 @@ def lint(env: dict[str, str]) -> int:
     return max(codes.values())
 
 
-COMMANDS = ("serve", "test", "lint")
+def docs(env: dict[str, str]) -> int:
+    """Build the site as CI does (`--strict`: a broken link or anchor fails), into a directory that is
+    removed afterwards: the check is the build, not its output."""
+    env = {**env, "NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about its successor, on every build
+    with tempfile.TemporaryDirectory(prefix="omega-docs-") as site:
+        build = [str(PYTHON), "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", site]
+        code = subprocess.run(build, cwd=ROOT, env=env, check=False).returncode
+    if code:
+        _say(f"docs failed: mkdocs build --strict (exit {code})")
+    return code
+
+
+COMMANDS = ("serve", "test", "lint", "docs")
 USAGE = "\n\n".join((__doc__ or "").strip().split("\n\n")[:2])
 
 
@@ -89,7 +113,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     if command not in COMMANDS:
-        _say(f"unknown command {command!r}; use serve, test or lint")
+        _say(f"unknown command {command!r}; use serve, test, lint or docs")
         print(USAGE, file=sys.stderr)
         return 2
     try:
@@ -102,7 +126,9 @@ def main(argv: list[str]) -> int:
         _say("starting the omega-mcp hub on stdio with ./servers.toml (an MCP client speaks on stdin; Ctrl-C stops)")
         args = [str(BIN / "omega-mcp"), "serve", "--config", str(ROOT / "servers.toml"), *rest]
     elif command == "test":
-        args = [str(PYTHON), "-m", "pytest", *_workers(rest), *rest]
+        args = [str(PYTHON), "-m", "pytest", *_workers(rest), *_coverage(rest), *rest]
+    elif command == "docs":
+        return docs(env)
     else:
         return lint(env)
     try:

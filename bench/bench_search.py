@@ -1,12 +1,13 @@
 """Tool search: retrieval quality on real MCP servers' tools, tokens, and speed at 10,000 tools.
 
-Usage: python bench/bench_search.py [--quality] [--speed] [--verbose]
+Usage: python bench/bench_search.py [--quality] [--speed] [--split test|dev]
 
-Quality: the harvested catalog (tests/fixtures/tool_catalog.json: 38 servers, 465 tools, built by
-bench/harvest_catalog.py) and the agent-style queries of tests/fixtures/tool_search_queries.json,
-on the dev part (the weights were tuned on it) and the held-out part (never tuned on): recall@1/5/10
-(any expected tool in the top k, as the hub returns them: weak hits left out), MRR, the share of
-"no tool fits" queries answered with nothing, and `select:` by every accepted name form.
+Quality: every view of every evaluation set (bench/search_eval.py, bench/data/README.md), ours
+beside plain BM25 over name + description in the same run, on the frozen `test` half by default
+(`--split dev` is the half the ranking may be tuned on): the hand-written queries over the
+harvested catalog (tests/fixtures/tool_catalog.json, bench/harvest_catalog.py), the project's own
+fixture queries, and the public sets built from PyPI packages by bench/build_search_sets.py;
+then `select:` by every accepted name form.
 Tokens: characters / 4 of the tools/list JSON with every tool listed versus search mode.
 Speed: a synthetic catalog of the real tools repeated under other server keys to 10,000+ tools:
 index build, query latency (p50/p95 over the queries, repeated), memory (tracemalloc peak of the
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search_eval import PUBLIC
 
 from omega_mcp.config import Config
 from omega_mcp.toolsearch import (
@@ -43,49 +47,38 @@ def _tokens(tools: list[object]) -> int:
     return len(json.dumps([t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools])) // 4  # type: ignore[attr-defined]
 
 
-def quality(verbose: bool) -> None:
+def quality(split: str) -> None:
+    """Every view of every set on one split, ours beside plain BM25 (bench/search_eval.py)."""
+    from search_eval import VIEWS, evaluate, load_sets
+
+    sets = load_sets()
+    missing = [name for name in PUBLIC if name not in {s.name for s in sets}]
+    print(
+        f"Retrieval on the {split} half (ours / plain BM25; hits below confidence {MIN_CONFIDENCE} x the length "
+        f"scale left out, below {WEAK_CONFIDENCE} x it marked weak):"
+    )
+    print("| set | " + " | ".join(VIEWS) + " |")
+    print("|---|" + "---|" * len(VIEWS))
+    for eval_set in sets:
+        result = evaluate(eval_set, split)
+        cells = []
+        for view in VIEWS:
+            if view not in result:
+                cells.append("-")
+                continue
+            ours, theirs = result[view]
+            mark = "" if ours.mean >= theirs.mean else " (below BM25)"
+            cells.append(f"{ours.mean:.2f} / {theirs.mean:.2f}{mark} (n={ours.n})")
+        print(f"| {eval_set.name} | " + " | ".join(cells) + " |")
+    if missing:
+        print(f"(not built: {', '.join(missing)}: run bench/build_search_sets.py)")
+    print(
+        "Views: agent/step = tool recall@5, task = tool recall@10 (share of the needed tools for the public sets), "
+        "task-server/server = server recall@5, none = answered with nothing or a weak mark."
+    )
     entries = catalog_entries()
     finder = ToolFinder()
     finder.update(entries)
-    rows: list[str] = []
-    for split in ("dev", "held-out"):
-        chosen = [q for q in queries() if q.split == split and q.kind != "none"]
-        ranks: list[int | None] = []
-        for q in chosen:
-            found = finder.search(q.query, 10)
-            names = [e.name for e in found.entries]
-            rank = next((i + 1 for i, n in enumerate(names) if n in q.expected), None)
-            ranks.append(rank)
-            if verbose and (rank is None or rank > 1):
-                print(f"  [{split}] rank {rank}: {q.query!r} -> {names[:3]} (want {q.expected[:2]})")
-        n = len(ranks)
-        recall = {k: sum(1 for r in ranks if r is not None and r <= k) / n for k in (1, 5, 10)}
-        mrr = sum(1 / r for r in ranks if r is not None) / n
-        nomatch = [q for q in queries() if q.split == split and q.kind == "none"]
-        answers = [finder.search(q.query, 5) for q in nomatch]
-        empty = sum(1 for a in answers if not a.entries)
-        weak = sum(1 for a in answers if a.entries and a.weak)
-        if verbose:
-            for q in nomatch:
-                hits = finder.index.search(q.query, 3)
-                print(f"  [{split}] none: {q.query!r} -> {[(h.document.name, round(h.confidence, 2)) for h in hits]}")
-        rows.append(
-            f"| {split} | {n} | {recall[1]:.2f} | {recall[5]:.2f} | {recall[10]:.2f} | {mrr:.2f} "
-            f"| {empty} empty + {weak} weak of {len(nomatch)} |"
-        )
-    for split in ("dev", "held-out"):
-        ranks = _plain_bm25_ranks(split)
-        n = len(ranks)
-        recall = {k: sum(1 for r in ranks if r is not None and r <= k) / n for k in (1, 5, 10)}
-        mrr = sum(1 / r for r in ranks if r is not None) / n
-        rows.append(
-            f"| {split}, plain BM25 baseline | {n} | {recall[1]:.2f} | {recall[5]:.2f} | {recall[10]:.2f} "
-            f"| {mrr:.2f} | - |"
-        )
-    print(f"Retrieval (hits below confidence {MIN_CONFIDENCE} left out, below {WEAK_CONFIDENCE} marked weak):")
-    print("| queries | n | recall@1 | recall@5 | recall@10 | MRR | no tool fits: answered |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
     by_form = {"exported": 0, "server.tool": 0, "server__tool": 0}
     downstream = [e for e in entries if e.server_name is not None]
     aliases = {f"{e.server_name}.{e.tool.name}": e.name for e in downstream}
@@ -111,39 +104,6 @@ def quality(verbose: bool) -> None:
         f"tools/list tokens (chars/4): all {len(entries)} tools {_tokens(everything):,}; search mode "
         f"{_tokens(builtins + meta):,} (built-ins {_tokens(builtins):,} + search_tools/call_tool {_tokens(meta):,})"
     )
-
-
-def _plain_bm25_ranks(split: str) -> list[int | None]:
-    """The baseline: plain BM25 (k1 1.2, b 0.75) over the name and description as one text, words split
-    at non-alphanumerics only, no stemming, no synonyms, no fields (what the published runs use)."""
-    import math
-    import re
-    from collections import Counter
-
-    entries = catalog_entries()
-    split_words = re.compile(r"[a-z0-9]+")
-    docs = [Counter(split_words.findall(f"{e.name} {e.tool.description or ''}".lower())) for e in entries]
-    lengths = [sum(d.values()) for d in docs]
-    average = sum(lengths) / len(lengths)
-    df = Counter(word for d in docs for word in d)
-    n = len(docs)
-    ranks: list[int | None] = []
-    for q in queries():
-        if q.split != split or q.kind == "none":
-            continue
-        words = split_words.findall(q.query.lower())
-        scores = []
-        for entry, d, length in zip(entries, docs, lengths, strict=True):
-            score = 0.0
-            for word in words:
-                tf = d.get(word, 0)
-                if tf:
-                    idf = math.log(1 + (n - df[word] + 0.5) / (df[word] + 0.5))
-                    score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
-            scores.append((score, entry.name))
-        ranked = [name for score, name in sorted(scores, key=lambda item: -item[0]) if score > 0][:10]
-        ranks.append(next((i + 1 for i, name in enumerate(ranked) if name in q.expected), None))
-    return ranks
 
 
 def _pct(samples: list[float], q: float) -> float:
@@ -276,11 +236,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quality", action="store_true")
     parser.add_argument("--speed", action="store_true")
-    parser.add_argument("--verbose", action="store_true", help="print every query that missed rank 1")
+    parser.add_argument(
+        "--split", choices=("test", "dev"), default="test", help="test: the frozen half (default); dev: the tuning half"
+    )
     options = parser.parse_args()
     both = not options.quality and not options.speed
     if options.quality or both:
-        quality(options.verbose)
+        quality(options.split)
     if options.speed or both:
         speed()
         hub_refresh()

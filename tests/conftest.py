@@ -1,11 +1,51 @@
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import FACTOR, scaled
+
+E2E_MODULES = frozenset(
+    {
+        # End-to-end scenarios: real third-party parts (the conformance suite, HAProxy, npm and PyPI
+        # servers, a built wheel) or whole CLI sessions. `dev.py test -m "not e2e"` leaves them out.
+        "tests/conformance/test_client_conformance.py",
+        "tests/conformance/test_server_conformance.py",
+        "tests/deploy/test_replicas.py",
+        "tests/deploy/test_recipes.py",
+        "tests/test_install.py",
+        "tests/proxy/test_confined_real_servers.py",
+        "tests/agent/test_cli_e2e.py",
+        "tests/agent/test_cli_stream_e2e.py",
+        "tests/agent/test_interactive_pty.py",
+    }
+)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `e2e` marker and scale pytest-timeout's bound by the suite's one time factor
+    (`waits.FACTOR`), unless `--timeout` was given."""
+    config.addinivalue_line("markers", "e2e: a slow end-to-end scenario (real third-party parts or whole CLI runs)")
+    if config.getoption("timeout", None) is None:
+        ini = config.getini("timeout")
+        if ini:
+            config.option.timeout = scaled(float(ini))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the end-to-end modules, and scale each explicit `timeout` marker like every other bound."""
+    for item in items:
+        if item.path.relative_to(ROOT).as_posix() in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and marker.args and FACTOR != 1:
+            item.add_marker(pytest.mark.timeout(scaled(float(marker.args[0]))), append=False)
 
 
 @pytest.fixture
@@ -13,8 +53,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say once, at the end, why tests were skipped for want of the specs beside the checkout."""
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say once, at the end, the coverage total (`dev.py test` measures it) and why tests were skipped for
+    want of the specs beside the checkout."""
+    total = _coverage_total(config)
+    if total is not None:
+        terminalreporter.write_line(
+            f"coverage: {total:.1f}% of the statements of src/omega_mcp ran in these tests "
+            "(no threshold; per file: .venv/bin/coverage report)"
+        )
     skipped = [
         report for report in terminalreporter.stats.get("skipped", []) if "../shared/specs/" in str(report.longrepr)
     ]
@@ -22,9 +69,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"note: {len(skipped)} provider tests were skipped: they check omega's requests against the providers' "
             "official API specs, which live outside the repository in ../shared/specs/ beside this checkout "
-            "(see README, Development); everything else ran",
+            "(see CONTRIBUTING.md); everything else ran",
             yellow=True,
         )
+
+
+def _coverage_total(config: pytest.Config) -> float | None:
+    """The total of pytest-cov's combined data (every xdist worker's), or None when nothing was measured.
+
+    dev.py asks pytest-cov for no report of its own (`--cov-report=`): a report analyses every source
+    file again, which costs more than this one total; its `cov` object is the one its `cov` fixture gives.
+    """
+    plugin = config.pluginmanager.getplugin("_cov")
+    controller = getattr(plugin, "cov_controller", None)
+    cov = getattr(controller, "cov", None)
+    if cov is None or getattr(config, "workerinput", None) is not None:
+        return None
+    try:
+        return float(cov.report(output_format="total", file=io.StringIO(), ignore_errors=True))
+    except Exception:  # coverage's NoDataError (nothing measured) and any other reason not to report
+        return None
 
 
 @pytest.fixture

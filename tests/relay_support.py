@@ -10,10 +10,13 @@ from typing import Any
 import anyio
 import mcp
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.server.stdio import serve_streams
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
+from waits import deadline
 
 
 @asynccontextmanager
@@ -31,12 +34,14 @@ async def pipe_client(
     served = anyio.Event()
 
     async def serve() -> None:
-        await serve_streams(server, PipeReader(to_server_r), PipeWriter(to_client_w), relay=relay)
+        await serve_streams(
+            server, PipeReader(to_server_r, SESSION_MESSAGES), PipeWriter(to_client_w, SESSION_MESSAGES), relay=relay
+        )
         served.set()
 
     @asynccontextmanager
-    async def transport() -> AsyncIterator[tuple[PipeReader, PipeWriter]]:
-        yield PipeReader(to_client_r), PipeWriter(to_server_w)
+    async def transport() -> AsyncIterator[tuple[PipeReader[SessionMessage], PipeWriter[SessionMessage]]]:
+        yield PipeReader(to_client_r, SESSION_MESSAGES), PipeWriter(to_server_w, SESSION_MESSAGES)
 
     try:
         async with anyio.create_task_group() as task_group:
@@ -45,7 +50,7 @@ async def pipe_client(
                 yield client
             os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
             open_fds.discard(to_server_w)
-            with anyio.fail_after(10):
+            with deadline(10):
                 await served.wait()
     finally:
         for fd in open_fds:

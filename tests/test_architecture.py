@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = ROOT / "src" / "omega_mcp"
 MAX_LINES = 800  # the hard limit (STYLE: split before 800); ~400 is a target, never a rule
 SANDBOX = "omega_mcp.sandbox"
+WIRE = "omega_mcp.wire"
+ABOVE_WIRE = ("omega_mcp.proxy", "omega_mcp.fastpath", "omega_mcp.server")
 SDK_PACKAGES = frozenset({"mcp", "mcp_types"})
 
 
@@ -264,6 +267,30 @@ def test_the_sandbox_never_imports_the_sdk() -> None:
     assert not offenders, "the sandbox imports the MCP SDK:\n" + "\n".join(offenders)
 
 
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_wire_layer_is_below_proxy_and_fastpath_and_free_of_the_sdk() -> None:
+    """wire/ moves bytes and JSON dicts: no wire module reaches the MCP SDK or `proxy/`, `fastpath/` or
+    `server/`, directly or through another omega_mcp module (SDK types only at the hand-over, above it)."""
+    package = omega()
+    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] in SDK_PACKAGES}
+    everything = set(package.modules)
+    offenders: list[str] = []
+    for name in sorted(package.modules):
+        if not _within(name, WIRE):
+            continue
+        reached = _reachable(package.graph, name)
+        for user in sorted(reached & sdk_users.keys()):
+            chain = _shortest_path(package.graph, name, user, everything)
+            found = sdk_users[user]
+            offenders.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
+        for above in sorted(m for m in reached if any(_within(m, layer) for layer in ABOVE_WIRE)):
+            offenders.append(" -> ".join(_shortest_path(package.graph, name, above, everything)))
+    assert not offenders, "wire/ must stay below proxy/, fastpath/ and the SDK:\n" + "\n".join(offenders)
+
+
 def test_no_module_is_longer_than_the_limit() -> None:
     lengths = {
         module.path.relative_to(ROOT): len(module.path.read_text(encoding="utf-8").splitlines())
@@ -271,6 +298,58 @@ def test_no_module_is_longer_than_the_limit() -> None:
     }
     too_long = sorted(((lines, path) for path, lines in lengths.items() if lines > MAX_LINES), reverse=True)
     assert not too_long, f"modules over {MAX_LINES} lines:\n" + "\n".join(f"{p}: {n}" for n, p in too_long)
+
+
+CHILD = "omega_mcp.sandbox.child"
+
+
+def child_offenders(package: Scan, child: str) -> list[str]:
+    """Every import in the `child` package that is neither the standard library nor a sibling there.
+
+    The child side runs as `python -I -S` with its directory on `sys.path` (no site-packages, no
+    omega_mcp), so a sibling is imported by its bare name there (`import landlock`) and by its full
+    name when omega imports the file (`omega_mcp.sandbox.child.landlock`); both count as siblings."""
+    prefix = child + "."
+    siblings = {name.removeprefix(prefix) for name in package.modules if name.startswith(prefix)}
+    offenders: list[str] = []
+    for found in package.imports:
+        if found.importer != child and not found.importer.startswith(prefix):
+            continue
+        target = found.target
+        if target == child or target.startswith(prefix):
+            continue
+        if target.split(".")[0] in sys.stdlib_module_names or target in siblings:
+            continue
+        offenders.append(f"{found.importer} imports {target} ({package.where(found)})")
+    return offenders
+
+
+def test_the_child_side_imports_only_the_standard_library_and_its_siblings() -> None:
+    """`sandbox/child/` runs inside the sandbox as `python -I -S`: anything else it imported would fail
+    there at run time (or, worse, be found in a write root on `sys.path`)."""
+    package = omega()
+    assert CHILD in package.modules, f"no package {CHILD}"
+    offenders = child_offenders(package, CHILD)
+    assert not offenders, "sandbox/child/ must import only the standard library and its siblings:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_child_check_finds_a_package_import_and_a_third_party_one(tmp_path: Path) -> None:
+    child = tmp_path / "pkg" / "sandbox" / "child"
+    child.mkdir(parents=True)
+    for init in (tmp_path / "pkg", tmp_path / "pkg" / "sandbox", child):
+        (init / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "errors.py").write_text("")
+    (child / "good.py").write_text("import os\nimport _ctypes\nimport sibling\nfrom pkg.sandbox.child import sibling\n")
+    (child / "sibling.py").write_text("from . import good\n")
+    (child / "bad.py").write_text("import pydantic\nfrom pkg import errors\nfrom ..policy import x\n")
+    offenders = child_offenders(scan(tmp_path / "pkg"), "pkg.sandbox.child")
+    assert [line.split(" (")[0] for line in offenders] == [
+        "pkg.sandbox.child.bad imports pydantic",
+        "pkg.sandbox.child.bad imports pkg",
+        "pkg.sandbox.child.bad imports pkg.sandbox.policy",
+    ]
 
 
 SEARCH = "omega_mcp.search"
@@ -293,14 +372,14 @@ def test_the_search_index_is_pure_python_without_mcp_or_io() -> None:
 
 
 def _unit(package: Scan, name: str) -> str:
-    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.pipes`) a module belongs to."""
+    """The package (`omega_mcp.proxy`) or top-level module (`omega_mcp.narrow`) a module belongs to."""
     parts = name.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 else name
 
 
 def test_no_two_packages_import_each_other() -> None:
     """Packages are layers: `fastpath/` may use `proxy/`, never the other way round (their shared pipe
-    framing lives below both, in `omega_mcp.pipes`)."""
+    framing lives below both, in `omega_mcp.wire.pipes`)."""
     package = omega()
     edges: dict[str, set[str]] = {}
     for importer, targets in package.graph.items():

@@ -1,4 +1,4 @@
-"""A user install, as the README's Install section says: a wheel into a fresh venv, no dev extras.
+"""A user install, as docs/getting-started.md's Install section says: a wheel into a fresh venv, no dev extras.
 
 The wheel is built from this checkout and installed with pip into a new virtual environment
 (dependencies from the package index, as a user gets them). Then the example `servers.toml`
@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def test_a_wheel_installed_without_dev_extras_runs_the_example_config(tmp_path: 
     built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", wheels, REPO, cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("omega_mcp-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # PEP 561: type checkers of code using omega read its annotations
+        assert "omega_mcp/py.typed" in archive.namelist()
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)

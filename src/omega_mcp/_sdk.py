@@ -8,7 +8,8 @@ changes and logs go to connections; a downstream is asked its era as the SDK cli
 each 2026-era request carries the envelope the session would stamp; a traced hub puts back the
 server's default `OpenTelemetryMiddleware`, kept in `mcp.server._otel`), so they are reached here,
 once: an SDK upgrade that moves them breaks this module and nothing else.
-Transports are typed with the public `mcp.client.Transport`.
+Transports are typed with the public `mcp.client.Transport`. `SESSION_MESSAGES` is the hand-over
+from the wire layer's pipes (`wire/pipes.py`, bytes and dicts only) to the SDK's `SessionMessage`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 __all__ = [
+    "SESSION_MESSAGES",
     "OpenTelemetryMiddleware",
     "ReadStream",
     "Streams",
@@ -52,3 +54,20 @@ def client_capabilities(session: ClientSession, version: str) -> types.ClientCap
 def client_info(session: ClientSession) -> types.Implementation:
     """The `clientInfo` a client session sends."""
     return session._client_info  # pyright: ignore[reportPrivateUsage]
+
+
+class _SessionMessages:
+    """The `wire.pipes.Codec` of the SDK's messages: a line is validated straight from its bytes."""
+
+    def from_json(self, line: bytes, /) -> SessionMessage:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+
+    def from_object(self, decoded: object, /) -> SessionMessage:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(decoded, by_name=False))
+
+    def to_json(self, item: SessionMessage, /) -> bytes:
+        return (item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+
+
+SESSION_MESSAGES = _SessionMessages()
+"""Lines to `SessionMessage` and back, for the pipe streams the SDK's sessions read and write."""

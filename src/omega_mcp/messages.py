@@ -17,26 +17,30 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Literal, assert_never
 
 from omega_mcp.narrow import as_list, as_object, as_str, object_or_none
 
 __all__ = [
     "AssistantMessage",
     "AssistantPart",
+    "AudioPart",
     "ImagePart",
     "Message",
     "ModelResponse",
+    "RequestSettings",
     "ResultPart",
     "TextPart",
     "ThinkingPart",
     "ToolCallPart",
+    "ToolChoice",
     "ToolReferencePart",
     "ToolResult",
     "ToolResultsMessage",
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "UserPart",
     "decoded_size",
     "message_from_json",
     "message_to_json",
@@ -76,7 +80,7 @@ class ToolCallPart:
 
 @dataclass(frozen=True, slots=True)
 class ImagePart:
-    """An image inside a tool result (base64 `data`)."""
+    """An image inside a tool result or a user message (base64 `data`)."""
 
     mime_type: str
     data: str
@@ -97,13 +101,39 @@ class ToolReferencePart:
         return f"[tool available: {self.tool_name}]"
 
 
+@dataclass(frozen=True, slots=True)
+class AudioPart:
+    """Audio inside a user message (base64 `data`): sampling requests carry it; the providers whose
+    wire format takes audio map it, the others are never sent one (`providers.media_problem`)."""
+
+    mime_type: str
+    data: str
+
+
 AssistantPart = TextPart | ThinkingPart | ToolCallPart
 ResultPart = TextPart | ImagePart | ToolReferencePart
+UserPart = TextPart | ImagePart | AudioPart
 
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
+    """What the user says: `text`, or with media, `parts` (text, images, audio in their order;
+    `text` is then the text parts joined, for logs and text-only views)."""
+
     text: str
+    parts: tuple[UserPart, ...] = ()
+
+    @classmethod
+    def of(cls, parts: tuple[UserPart, ...]) -> UserMessage:
+        """A user message of `parts`: plain text when they are all text, else the parts themselves."""
+        text = "\n\n".join(part.text for part in parts if isinstance(part, TextPart))
+        media = any(not isinstance(part, TextPart) for part in parts)
+        return cls(text, parts if media else ())
+
+    @property
+    def content(self) -> tuple[UserPart, ...]:
+        """The message's parts in order (one text part for a plain message)."""
+        return self.parts or (TextPart(self.text),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +192,20 @@ class ToolResultsMessage:
 
 
 Message = UserMessage | AssistantMessage | ToolResultsMessage
+ToolChoice = Literal["auto", "required", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """How one request should be answered, beyond its messages and tools (sampling requests set them).
+
+    `tool_choice`: "required" makes the model call a tool, "none" forbids it; each adapter maps it
+    only when tools are offered. A provider maps every field it has a place for in its own format.
+    """
+
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +328,10 @@ def message_to_record(message: Message) -> dict[str, Any]:
     """
     match message:
         case UserMessage():
-            return message_to_json(message)
+            record = message_to_json(message)
+            if message.parts:
+                record["parts"] = [_user_part_to_record(part) for part in message.parts]
+            return record
         case AssistantMessage():
             data: dict[str, Any] = {"role": "assistant", "content": [_part_to_record(p) for p in message.parts]}
             if message.raw is not None:
@@ -317,6 +364,18 @@ def _part_to_record(part: AssistantPart) -> dict[str, Any]:
     return data
 
 
+def _user_part_to_record(part: UserPart) -> dict[str, Any]:
+    match part:
+        case TextPart():
+            return {"type": "text", "text": part.text}
+        case ImagePart():
+            return {"type": "image", "mime_type": part.mime_type, "data": part.data}
+        case AudioPart():
+            return {"type": "audio", "mime_type": part.mime_type, "data": part.data}
+        case _:
+            assert_never(part)
+
+
 def _result_part_to_record(part: ResultPart) -> dict[str, Any]:
     match part:
         case TextPart():
@@ -346,7 +405,9 @@ def message_from_json(data: object) -> Message:
     if role == "user":
         if not isinstance(content, str):
             raise ValueError("a user message needs text content")
-        return UserMessage(content)
+        if "parts" not in item:
+            return UserMessage(content)
+        return UserMessage(content, tuple(_user_part_from_json(part) for part in _array(item["parts"], "user")))
     if role == "assistant":
         raw = object_or_none(item.get("raw"))
         if raw is None and item.get("raw") is not None:
@@ -396,6 +457,18 @@ def _part_from_json(value: object) -> AssistantPart:
             _optional_str(item, "id"), _text(item, "name"), arguments, _optional_str(item, "arguments_error")
         )
     raise ValueError(f"unknown assistant part type {kind!r}")
+
+
+def _user_part_from_json(value: object) -> UserPart:
+    item = as_object(value)
+    kind = item.get("type")
+    if kind == "text":
+        return TextPart(_text(item))
+    if kind == "image":
+        return ImagePart(_text(item, "mime_type"), _text(item, "data"))
+    if kind == "audio":
+        return AudioPart(_text(item, "mime_type"), _text(item, "data"))
+    raise ValueError(f"unknown user part type {kind!r}")
 
 
 def _result_from_json(value: object) -> ToolResult:

@@ -90,6 +90,14 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".envrc",
     ".git/config",
     ".git/hooks/",
+    # the user's tools' own configuration that makes them run or fetch code by themselves
+    ".devcontainer/",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    "pip.conf",
+    "uv.toml",
 )
 """Protected unless `[sandbox] unprotect` names them: a name (one component) matches at any depth, a
 path of several components matches those last components (`.git/config`), a trailing `/` is only a

@@ -2,9 +2,11 @@
 
 The `ToolFinder` keeps a `search.SearchIndex` in step with a list of namespace entries (exported
 name, server key, tool): a server whose tools changed is re-indexed alone, the others are kept.
-`search_tools` takes keywords or `select:NAME[,NAME...]` (any name a call accepts) and answers with
-a text line per tool (name, then its one-line description) plus `structuredContent` `{"tools":
-[{name, server, description, inputSchema}]}`; `call_tool` calls a tool by name. Both definitions
+`search_tools` takes keywords or `select:NAME[,NAME...]` (any name a call accepts), optionally
+narrowed to one `server`, and answers with a text line per tool (name, its one-line description,
+its server) plus `structuredContent` `{"tools": [{name, server, description, inputSchema}]}` (a
+built-in's server is `omega`); a built-in is never ranked below a downstream tool that matches the
+query no better (a copy of its description cannot hijack its task); `call_tool` calls a tool by name. Both definitions
 are built here, small and fixed whatever the catalog's size. Whether search is on follows
 `[hub]`/`[agent] tool_search`: "on", "off", or "auto" (on when the JSON of the exported tools'
 definitions exceeds `AUTO_THRESHOLD_CHARS`). The Toolbox stays the one routing table: this module
@@ -24,10 +26,12 @@ from mcp import types
 
 from omega_mcp.errors import InvalidArgumentsError
 from omega_mcp.narrow import as_object
-from omega_mcp.search import SearchIndex, ToolDocument, Weights
+from omega_mcp.search import Hit, SearchIndex, ToolDocument, Weights
+from omega_mcp.search.text import terms
 
 __all__ = [
     "AUTO_THRESHOLD_CHARS",
+    "BUILTIN_SERVER",
     "CALL_TOOL",
     "DEFAULT_ALWAYS_VISIBLE",
     "DEFAULT_LIMIT",
@@ -60,11 +64,15 @@ _KEEP_CANDIDATES = 500
 """How many ranked tools a search for a client with a profile looks through for the ones it may use."""
 AUTO_THRESHOLD_CHARS = 40_000
 """`auto` turns search on above this many characters of tool definitions (about 10,000 tokens)."""
-MIN_CONFIDENCE = 0.2
+MIN_CONFIDENCE = 0.05
 """Hits matching less than this idf-weighted share of the query's words are left out (bench/bench_search.py)."""
 WEAK_CONFIDENCE = 0.35
 """Below this, the best hit is announced as a weak guess: likely no tool fits."""
+SHORT_QUERY_WORDS = 4
+"""Up to this many words a query is keywords, held to the full cut; a longer one to a proportional part."""
 DEFAULT_ALWAYS_VISIBLE = ("bash", "read", "write", "edit", "bash_output", "kill_shell")
+BUILTIN_SERVER = "omega"
+"""The server a built-in tool's search result names: omega itself (no servers.toml key)."""
 _SELECT = "select:"
 _SUMMARY_CHARS = 200
 _SERVER_LIST_CHARS = 600
@@ -75,6 +83,18 @@ _HINT_WORDS = {
     "idempotent_hint": "idempotent",
     "open_world_hint": "external web internet",
 }
+
+
+_OWN_TASKS = {
+    "bash": "shell command terminal execute script",
+    "read": "file contents",
+    "write": "save file contents",
+    "edit": "replace text in a file",
+    "bash_output": "background shell output",
+    "kill_shell": "kill background shell",
+}
+"""The built-ins' own tasks in the words a query may use: part of their titles in the index (only there),
+so a downstream tool copying a built-in's description does not cover its task better than it does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,10 @@ class Found:
     selected: bool = False
     weak: bool = False
     """Even the best hit matches little of the query: likely no tool fits."""
+    server: str | None = None
+    """The `server` the search was narrowed to (BUILTIN_SERVER: the built-ins)."""
+    unknown_server: bool = False
+    """No connected server has that key."""
 
 
 def entries_of(tools: Iterable[types.Tool], server_of: Callable[[str], str | None]) -> list[Entry]:
@@ -118,6 +142,8 @@ def document_of(entry: Entry) -> ToolDocument:
         for key, words in _HINT_WORDS.items():
             if getattr(annotations, key, None) is True:
                 hints.append(words)
+    if entry.server_name is None and tool.name in _OWN_TASKS:
+        title = f"{title} {_OWN_TASKS[tool.name]}"
     return ToolDocument(
         name=entry.name,
         server=entry.server_name,
@@ -136,6 +162,28 @@ def _own_name(entry: Entry) -> str:
     marker = f"{entry.server_name}__"
     at = name.find(marker)
     return name[at + len(marker) :] if at >= 0 else name
+
+
+def _builtins_first(hits: Sequence[Hit]) -> list[Hit]:
+    """Search cannot be hijacked: a built-in ranks above every downstream tool that matches the query
+    no better than it does (confidence), so a third-party tool copying `bash`'s description never
+    comes before `bash` for running a shell command; one that matches more of the query (it names its
+    service, say) keeps its place."""
+    out: list[Hit] = []
+    for hit in hits:
+        at = len(out)
+        if hit.document.server is None:
+            while at and out[at - 1].document.server is not None and out[at - 1].confidence <= hit.confidence:
+                at -= 1
+        out.insert(at, hit)
+    return out
+
+
+def _length_scale(query: str) -> float:
+    """How much of a query one tool can be expected to match: all of a few keywords, a part of a long
+    task (its steps are other tools' business). The confidence cut and the weak mark scale with it."""
+    words = len(set(terms(query)))
+    return min(1.0, SHORT_QUERY_WORDS / words) if words else 1.0
 
 
 def _fingerprint(entries: Sequence[Entry]) -> tuple[tuple[str, str | None, int], ...]:
@@ -199,16 +247,37 @@ class ToolFinder:
         *,
         min_confidence: float = MIN_CONFIDENCE,
         keep: Callable[[Entry], bool] | None = None,
+        server: str | None = None,
     ) -> Found:
-        """The best tools for keywords, at most `limit` (capped at MAX_LIMIT); weak fits left out, and
-        with `keep` (a hub client's profile) the tools it refuses."""
+        """The best tools for keywords, at most `limit` (capped at MAX_LIMIT); noise left out (the cut
+        scales with the query's length), built-ins above the downstream tools that fit no better, and
+        with `keep` (a hub client's profile) the tools it refuses left out; `server` (a servers.toml
+        key, or BUILTIN_SERVER) keeps only that server's tools."""
         limit = max(1, min(limit, MAX_LIMIT))
-        ranked = self.index.search(query, limit if keep is None else _KEEP_CANDIDATES)
-        hits = [h for h in ranked if h.confidence >= min_confidence]
+        if server is not None:
+            wanted = None if server == BUILTIN_SERVER else server
+            if wanted not in self.index.servers and server not in self.index.servers:
+                return Found(query, (), server=server, unknown_server=True)
+            profile = keep
+
+            def narrowed(entry: Entry) -> bool:
+                return entry.server_name in (wanted, server) and (profile is None or profile(entry))
+
+            keep = narrowed
+        candidates = _KEEP_CANDIDATES if keep is not None else limit
+        ranked = _builtins_first(self.index.search(query, candidates, builtins=True))
+        scale = _length_scale(query)
+        hits = [h for h in ranked if h.confidence >= min_confidence * scale]
         if keep is not None:
-            hits = [h for h in hits if keep(self._entries[h.document.name])][:limit]
+            hits = [h for h in hits if keep(self._entries[h.document.name])]
+        hits = hits[:limit]
         chosen = tuple(self._entries[h.document.name] for h in hits)
-        return Found(query, chosen, weak=bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE)
+        weak = bool(hits) and max(h.confidence for h in hits) < WEAK_CONFIDENCE * scale
+        return Found(query, chosen, weak=weak, server=server)
+
+    def servers(self, query: str, limit: int = DEFAULT_LIMIT) -> list[str | None]:
+        """The servers best fitting `query`, best first (None: omega's built-ins)."""
+        return [server for server, _ in self.index.rank_servers(query, limit)]
 
     def select(
         self,
@@ -245,12 +314,14 @@ class ToolFinder:
         limit: int = DEFAULT_LIMIT,
         resolve: Callable[[str], str | None] | None = None,
         keep: Callable[[Entry], bool] | None = None,
+        server: str | None = None,
     ) -> Found:
-        """`search_tools`' query: `select:A,B` picks by name, anything else is keywords (`keep`: see `search`)."""
+        """`search_tools`' query: `select:A,B` picks by name (whatever `server`), anything else is
+        keywords (`keep`, `server`: see `search`)."""
         stripped = query.strip()
         if stripped.lower().startswith(_SELECT):
             return self.select(stripped[len(_SELECT) :].split(","), resolve, keep)
-        return self.search(stripped, limit, keep=keep)
+        return self.search(stripped, limit, keep=keep, server=server)
 
 
 # -- the tools' definitions and results -------------------------------------------------------
@@ -299,6 +370,10 @@ def search_tools_definition(servers: Sequence[str] = (), *, call_tool: bool = Tr
                     "description": f"How many tools to return (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).",
                     "default": DEFAULT_LIMIT,
                 },
+                "server": {
+                    "type": "string",
+                    "description": f"Only this server's tools ({BUILTIN_SERVER}: the built-ins).",
+                },
             },
             "required": ["query"],
         },
@@ -325,15 +400,17 @@ def call_tool_definition() -> types.Tool:
     )
 
 
-def search_arguments(arguments: Mapping[str, Any] | None) -> tuple[str, int]:
-    """`search_tools`' (query, limit): limit defaults to DEFAULT_LIMIT and is capped at MAX_LIMIT.
+def search_arguments(arguments: Mapping[str, Any] | None) -> tuple[str, int, str | None]:
+    """`search_tools`' (query, limit, server): limit defaults to DEFAULT_LIMIT and is capped at MAX_LIMIT;
+    server (optional) is a servers.toml key or BUILTIN_SERVER.
 
     Raises:
-        InvalidArgumentsError: a missing or empty query, a limit that is no positive integer.
+        InvalidArgumentsError: a missing or empty query, a limit that is no positive integer, a server
+            that is no non-empty string.
     """
     args = dict(arguments or {})
-    query, limit = args.get("query"), args.get("limit", DEFAULT_LIMIT)
-    unknown = sorted(set(args) - {"query", "limit"})
+    query, limit, server = args.get("query"), args.get("limit", DEFAULT_LIMIT), args.get("server")
+    unknown = sorted(set(args) - {"query", "limit", "server"})
     if unknown:
         raise InvalidArgumentsError(f"Invalid arguments for {SEARCH_TOOLS}: `{unknown[0]}`: unknown field")
     if not isinstance(query, str) or not query.strip():
@@ -346,7 +423,11 @@ def search_arguments(arguments: Mapping[str, Any] | None) -> tuple[str, int]:
         limit = int(limit)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise InvalidArgumentsError(f"Invalid arguments for {SEARCH_TOOLS}: `limit`: must be a positive integer")
-    return query, min(limit, MAX_LIMIT)
+    if server is not None and (not isinstance(server, str) or not server.strip()):
+        raise InvalidArgumentsError(
+            f"Invalid arguments for {SEARCH_TOOLS}: `server`: a server's name (its servers.toml key), or leave it out"
+        )
+    return query, min(limit, MAX_LIMIT), server.strip() if isinstance(server, str) else None
 
 
 def call_tool_target(arguments: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -377,9 +458,18 @@ def _summary(description: str | None) -> str:
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
 
+def _origin(entry: Entry) -> str:
+    """Which server a result comes from, as its line says it: omega's own tools are marked so."""
+    return f"[{BUILTIN_SERVER} built-in]" if entry.server_name is None else f"[server {entry.server_name}]"
+
+
 def found_result(found: Found) -> types.CallToolResult:
-    """`search_tools`' answer: one line per tool, and `structuredContent` `{"tools": [...]}`."""
-    lines = [f"{e.name}: {_summary(e.tool.description)}" if e.tool.description else e.name for e in found.entries]
+    """`search_tools`' answer: one line per tool (name, description, its server), and `structuredContent`
+    `{"tools": [...]}` (each with its `server`: the servers.toml key, BUILTIN_SERVER for a built-in)."""
+    lines = [
+        f"{e.name}: {_summary(e.tool.description)} {_origin(e)}" if e.tool.description else f"{e.name} {_origin(e)}"
+        for e in found.entries
+    ]
     if found.weak:
         lines.insert(0, f"Weak matches only: probably no tool fits {found.query!r}; check before using these.")
     if found.unknown:
@@ -387,16 +477,22 @@ def found_result(found: Found) -> types.CallToolResult:
     if not found.entries:
         if found.selected:
             lines.append("No tool has these names; search with keywords to find the right name.")
-        else:
+        elif found.unknown_server:
             lines.append(
-                f"No tool matches {found.query!r}. Try other or fewer words (what the tool does, or the service "
-                "it works with), or select:NAME for a name you know."
+                f"No connected server is named {found.server!r}: give a server's servers.toml key "
+                f"({BUILTIN_SERVER} for the built-ins), or search without `server`."
+            )
+        else:
+            narrowed = f" on server {found.server!r}" if found.server is not None else ""
+            lines.append(
+                f"No tool matches {found.query!r}{narrowed}. Try other or fewer words (what the tool does, or the "
+                "service it works with), or select:NAME for a name you know."
             )
     structured = {
         "tools": [
             {
                 "name": e.name,
-                "server": e.server_name,
+                "server": e.server_name or BUILTIN_SERVER,
                 "description": e.tool.description or "",
                 "inputSchema": e.tool.input_schema,
             }

@@ -4,13 +4,12 @@ a real parse failure is still logged."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Iterator
 
 import anyio
 import pytest
-
-from omega_mcp.cli import main
 
 
 @pytest.fixture
@@ -18,7 +17,8 @@ def configured(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
-        main._setup_logging("warning")  # pyright: ignore[reportPrivateUsage]
+        # The module, not the package's `main` function of the same name.
+        importlib.import_module("omega_mcp.cli.main")._setup_logging("warning")
         yield
     finally:
         root.handlers[:] = handlers

@@ -1,4 +1,4 @@
-"""`--help` explains every flag, and README's "Command line" synopsis lists exactly the flags argparse knows."""
+"""`--help` explains every flag, and the synopsis of docs/cli.md lists exactly the flags argparse knows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from omega_mcp.cli.main import build_parser
 
-README = Path(__file__).parents[2] / "README.md"
+CLI_PAGE = Path(__file__).parents[2] / "docs" / "cli.md"
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -31,9 +31,10 @@ def _flags(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def _synopsis() -> dict[str, str]:
-    """README's command-line block, one text per command (its line and the continuation lines)."""
-    text = README.read_text(encoding="utf-8")
-    block = text.split("## Command line", 1)[1].split("```", 2)[1]
+    """The command-line block under docs/cli.md's "Synopsis", one text per command (its line and the
+    continuation lines)."""
+    text = CLI_PAGE.read_text(encoding="utf-8")
+    block = text.split("\n## Synopsis\n", 1)[1].split("```", 2)[1]
     commands: dict[str, str] = {}
     current = ""
     for line in block.splitlines():
@@ -56,11 +57,11 @@ def test_every_argument_of_every_command_has_a_help_text():
     assert missing == []
 
 
-def test_the_readme_synopsis_has_every_command():
+def test_the_cli_page_synopsis_has_every_command():
     assert set(_synopsis()) == set(_subparsers())
 
 
 @pytest.mark.parametrize("command", sorted(_subparsers()))
-def test_the_readme_synopsis_lists_exactly_the_flags_of(command: str):
+def test_the_cli_page_synopsis_lists_exactly_the_flags_of(command: str):
     listed = set(re.findall(r"--[a-z][a-z-]*", _synopsis().get(command, "")))
     assert listed == _flags(_subparsers()[command])

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import mcp
 from mcp import StdioServerParameters, types
 
 from proxy_support import ECHO_SERVER, Notifications
+from waits import deadline
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
 
@@ -68,6 +68,18 @@ def test_search_for_what_no_tool_does_prints_a_hint_and_a_bad_limit_is_a_usage_e
     assert bad.returncode == 2 and "--limit" in bad.stderr
 
 
+def test_search_server_narrows_to_one_server_and_built_ins_are_named_omega(tmp_path: Path) -> None:
+    echo = _search(tmp_path, "echo the text back", "--server", "echo", "--json")
+    assert echo.returncode == 0, echo.stderr
+    assert {tool["server"] for tool in json.loads(echo.stdout)["tools"]} == {"echo"}
+    own = _search(tmp_path, "run a shell command", "--server", "omega", "--json")
+    rows = json.loads(own.stdout)["tools"]
+    assert rows[0]["name"] == "bash" and {row["server"] for row in rows} == {"omega"}
+    unknown = _search(tmp_path, "echo", "--server", "nope")
+    assert unknown.returncode == 0 and unknown.stdout == ""
+    assert "No connected server is named 'nope'" in unknown.stderr
+
+
 async def test_serve_in_search_mode_lists_few_tools_and_adds_what_the_client_calls(tmp_path: Path) -> None:
     config = _config(tmp_path, '[hub]\ntool_search = "on"\n')
     params = StdioServerParameters(
@@ -78,7 +90,7 @@ async def test_serve_in_search_mode_lists_few_tools_and_adds_what_the_client_cal
     notes = Notifications()
 
     async def changed(count: int) -> None:  # a list_changed of the servers connecting may come too
-        with anyio.fail_after(10):
+        with deadline(10):
             while notes.tools == count:
                 await notes.next()
 

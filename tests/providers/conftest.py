@@ -58,7 +58,7 @@ def fake_http() -> Callable[..., FakeHTTP]:
 
 SPECS_MISSING = (
     "needs the providers' official API specs, kept outside the repository in ../shared/specs/ beside this "
-    "checkout (see README, Development): not found here"
+    "checkout (see CONTRIBUTING.md): not found here"
 )
 """One reason for every such skip, so pytest's summary counts them on one line (tests/conftest.py adds a note)."""
 

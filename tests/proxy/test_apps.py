@@ -28,6 +28,7 @@ from omega_mcp.server.server import build_server
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from proxy_support import FIXTURES, client, downstream_spec, hub
+from waits import deadline
 
 _spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
 assert _spec is not None and _spec.loader is not None
@@ -105,7 +106,7 @@ async def _http_app_server(name: str) -> AsyncIterator[str]:
     port = free_port()
     process = await anyio.open_process([sys.executable, str(APP_SERVER), name, "--http", str(port)], env=os.environ)
     try:
-        with anyio.fail_after(30):
+        with deadline(30):
             while not _listening(port):
                 assert process.returncode is None, "the fixture server exited"
                 await anyio.sleep(0.05)

@@ -5,6 +5,7 @@ providers gets (model, max tokens, system, temperature, stop sequences, images, 
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import logging
 import sys
@@ -25,10 +26,10 @@ from mcp.shared.message import ServerMessageMetadata
 from cli_support import cli_env
 from omega_mcp.cli.toolbox import sampler_for
 from omega_mcp.config import load_config
+from omega_mcp.messages import ImagePart, RequestSettings, TextPart, ToolSpec, UserMessage
 from omega_mcp.providers import RetryPolicy
 from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.sampling import REFUSED, ProviderSampler, SamplingSettings
-from omega_mcp.proxy.sampling_wire import WireOptions
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import FIXTURES, client, downstream, downstream_spec, hub
 
@@ -299,6 +300,13 @@ async def test_anthropic_api_version_2026_10_21_is_sent_no_temperature():
     assert "temperature" not in fake.body and fake.body["stop_sequences"] == ["END"]
 
 
+def _body(provider: str, messages: list[UserMessage], settings: RequestSettings | None = None) -> dict[str, Any]:
+    """The request body `provider`'s own module builds, with one tool offered."""
+    module = importlib.import_module(f"omega_mcp.providers.{provider}")
+    tools = module.wire_tools([ToolSpec("t", "a tool", {"type": "object", "properties": {}})])
+    return module.build_request(model="m", system=None, messages=messages, tools=tools, settings=settings)
+
+
 @pytest.mark.parametrize(
     ("provider", "required", "none"),
     [
@@ -313,19 +321,33 @@ async def test_anthropic_api_version_2026_10_21_is_sent_no_temperature():
     ],
 )
 def test_tool_choice_in_each_format(provider: str, required: dict[str, Any], none: dict[str, Any]):
-    body = {"tools": [{"name": "t"}], "messages": []}
     choices: list[tuple[Literal["required", "none"], dict[str, Any]]] = [("required", required), ("none", none)]
     for choice, expected in choices:
-        out = WireOptions(provider, tool_choice=choice).apply(body)
+        out = _body(provider, [UserMessage("hi")], RequestSettings(tool_choice=choice))
         for key, value in expected.items():
             assert out.get(key) == value
-    assert body == {"tools": [{"name": "t"}], "messages": []}  # the provider's own body is left as it was
+    plain = _body(provider, [UserMessage("hi")])
+    assert "tool_choice" not in plain and "toolConfig" not in plain and plain["tools"]
 
 
-def test_a_placeholder_the_format_no_longer_holds_is_an_error_not_a_silent_loss():
-    media = {"omega-sampling-media-x-0": [types.ImageContent(data=PNG, mime_type="image/png")]}
-    with pytest.raises(ValueError, match="images could not be placed"):
-        WireOptions("anthropic", media=media).apply({"messages": [{"role": "user", "content": "something else"}]})
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "gemini", "ollama"])
+def test_media_parts_keep_their_place_in_each_format(provider: str):
+    message = UserMessage.of((TextPart("look at"), ImagePart("image/png", PNG), TextPart("and say")))
+    assert message.text == "look at\n\nand say"
+    body = _body(provider, [message])
+    if provider == "ollama":  # text in `content`, images beside it
+        assert body["messages"][-1] == {"role": "user", "content": "look at\n\nand say", "images": [PNG]}
+        return
+    content = body["contents"][-1]["parts"] if provider == "gemini" else body["messages"][-1]["content"]
+    kinds = [next(iter(block)) if provider == "gemini" else block["type"] for block in content]
+    image = {"anthropic": "image", "openai": "image_url", "gemini": "inlineData"}[provider]
+    assert kinds == ["text", image, "text"]
+    if provider == "anthropic":  # the cache breakpoint stays on the message's last block
+        assert content[-1]["cache_control"] == {"type": "ephemeral"} and "cache_control" not in content[1]
+
+
+def test_a_plain_text_user_message_stays_a_string():
+    assert UserMessage.of((TextPart("a"), TextPart("b"))) == UserMessage("a\n\nb")
 
 
 # -- through the hub ---------------------------------------------------------------------------

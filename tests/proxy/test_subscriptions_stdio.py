@@ -16,6 +16,7 @@ from mcp.client.stdio import StdioServerParameters
 from omega_mcp.proxy.supervisor import DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import FIXTURES, client, hub
+from waits import deadline
 
 WATCHED = StdioServerParameters(command=sys.executable, args=[str(FIXTURES / "watched_server.py")])
 
@@ -44,7 +45,7 @@ async def test_a_handshake_client_subscribed_through_a_stdio_server_hears_of_its
             await c.subscribe_resource(uri)
             touched = await c.call_tool("mcp__w__touch", {"uri": uri.replace("ui://w/", "ui://")})
             assert not touched.is_error
-            with anyio.fail_after(10):
+            with deadline(10):
                 await updates.arrived.wait()
             await c.unsubscribe_resource(uri)
     assert updates.uris == [uri]
@@ -61,7 +62,7 @@ async def test_a_2026_client_listening_through_a_stdio_handshake_server_hears_of
                 assert stream.honored.resource_subscriptions == ["res://watched"]
                 touched = await c.call_tool("mcp__w__touch", {"uri": "res://watched"})
                 assert not touched.is_error
-                with anyio.fail_after(10):
+                with deadline(10):
                     event = await stream.__anext__()
     assert getattr(event, "uri", None) == "res://watched"
 

@@ -71,7 +71,7 @@ def _task_tool(name: str, support: str | None) -> types.Tool:
 async def test_a_tool_that_requires_tasks_is_not_exported_and_the_others_keep_their_execution(
     rwx_policy: SandboxPolicy, caplog: pytest.LogCaptureFixture
 ):
-    """omega does not run tasks (README "Tasks"): a tool that can only be called as a task would fail
+    """omega does not run tasks (docs/servers.md, "Transparency"): a tool that can only be called as a task would fail
     every call, so it is left out, with a warning naming it; optional ones are called synchronously."""
     tools = [_task_tool("needs_task", "required"), _task_tool("may_task", "optional"), _task_tool("plain", None)]
     server = downstream("d", tools=tools)

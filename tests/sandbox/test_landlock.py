@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
-from omega_mcp.sandbox import exec as trampoline
-from omega_mcp.sandbox import landlock, probe
+from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.child import exec as trampoline
+from omega_mcp.sandbox.child import landlock
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux-only")
 
 # Restricting is irreversible, so every restriction happens in a child interpreter.
 _CHILD = """
 import os, socket, sys
-from omega_mcp.sandbox import landlock
+from omega_mcp.sandbox.child import landlock
 ws, outside, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 landlock.restrict_self(landlock.abi_version(), writable=[ws], devices=["/dev/null"], deny_tcp=True)
 def attempt(name, fn):
@@ -103,7 +104,7 @@ def test_a_file_given_as_writable_root_gets_file_rights_only(tmp_path: Path) -> 
     target = tmp_path / "one.txt"
     target.write_text("")
     code = (
-        "import sys; from omega_mcp.sandbox import landlock\n"
+        "import sys; from omega_mcp.sandbox.child import landlock\n"
         "landlock.restrict_self(landlock.abi_version(), writable=[sys.argv[1]])\n"
         "open(sys.argv[1], 'w').write('written')\n"
     )

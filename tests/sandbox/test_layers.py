@@ -16,6 +16,7 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 NEW_LAYERS = (
     "protected_names",
     "private_tmp",
+    "file_tools_in_world",
     "private_dev",
     "session_keyring",
     "hidden_by_identity",
@@ -46,6 +47,7 @@ def test_rwx_mode_says_what_it_leaves_out(tmp_path: Path) -> None:
     layers = _layers(policy)
     assert set(NEW_LAYERS) <= set(layers)
     assert layers["private_tmp"] == "off: rwx mode shares the host's"
+    assert layers["file_tools_in_world"].startswith("off: rwx mode has no sandbox world")
     assert layers["protected_names"].startswith("on for the file tools only")
     assert "protected_names on for the file tools only (.mcp.json" in summary(layers)
     assert "()" not in summary(layers)  # a state without a reason is not given an empty one

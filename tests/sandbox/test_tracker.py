@@ -172,3 +172,55 @@ def test_a_root_made_after_the_start_is_followed(tmp_path: Path) -> None:
         assert [u.path for u in tree.end(run)] == [str(tmp_path / "later" / ".mcp.json")]
     finally:
         tree.close()
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
+
+
+@pytest.mark.skipif(subprocess.run(["which", "git"], capture_output=True).returncode != 0, reason="needs git")
+def test_git_directories_are_found_by_what_they_are_and_their_hookspath_too(tree: ProtectedTree) -> None:
+    ws = _ws(tree)
+    _git("init", "-q", "repo", cwd=ws)
+    (ws / "repo" / ".git").rename(ws / "repo" / ".gitreal")  # renamed away, a gitdir: file in its place
+    (ws / "repo" / ".git").write_text("gitdir: .gitreal\n")
+    _git("init", "-q", "--bare", "bare.git", cwd=ws)
+    _git("config", "core.hooksPath", ".husky", cwd=ws / "repo")
+    (ws / "repo" / ".husky").mkdir()
+    run, undone = tree.begin()
+    assert undone == []
+    for path in ("repo/.gitreal/config", "repo/.gitreal/hooks", "bare.git/config", "bare.git/hooks", "repo/.husky"):
+        assert str(ws / path) in run.binds, (path, run.binds)
+    assert tree.end(run) == []
+
+
+@pytest.mark.skipif(subprocess.run(["which", "git"], capture_output=True).returncode != 0, reason="needs git")
+def test_a_hookspath_directory_a_run_creates_is_undone(tree: ProtectedTree) -> None:
+    ws = _ws(tree)
+    _git("init", "-q", "repo", cwd=ws)
+    _git("config", "core.hooksPath", "tools/hooks", cwd=ws / "repo")
+    (ws / "repo" / "tools").mkdir()
+    run, undone = tree.begin()
+    assert undone == []
+    (ws / "repo" / "tools" / "hooks").mkdir()  # the run plants the hooks directory git would use
+    (ws / "repo" / "tools" / "hooks" / "pre-commit").write_text("#!/bin/sh\ntouch /tmp/pwned\n")
+    undone = tree.end(run)
+    assert [u.path for u in undone] == [str(ws / "repo" / "tools" / "hooks")], undone
+    assert not (ws / "repo" / "tools" / "hooks").exists()
+
+
+@pytest.mark.skipif(subprocess.run(["which", "git"], capture_output=True).returncode != 0, reason="needs git")
+def test_a_linked_worktree_keeps_its_git_directory_and_the_hookspath_of_its_repository(tree: ProtectedTree) -> None:
+    ws = _ws(tree)
+    _git("init", "-q", "repo", cwd=ws)
+    (ws / "repo" / "f").write_text("1")
+    _git("add", "f", cwd=ws / "repo")
+    _git("-c", "user.name=u", "-c", "user.email=u@example.com", "commit", "-qm", "one", cwd=ws / "repo")
+    _git("config", "core.hooksPath", ".husky", cwd=ws / "repo")
+    _git("worktree", "add", "-q", "../wt", cwd=ws / "repo")
+    (ws / "wt" / ".husky").mkdir()
+    run, undone = tree.begin()
+    assert undone == []
+    assert str(ws / "wt" / ".husky") in run.binds, run.binds
+    assert str(ws / "repo" / ".git" / "config") in run.binds
+    assert tree.end(run) == []

@@ -1,11 +1,12 @@
 """Nothing omega starts runs from a write root: code a model planted in the workspace never runs next.
 
 The attacks: a model writes `mcp_server_time.py` into the workspace, or a `node_modules/<pkg>` with
-a bin, and the user starts omega from the project (as Claude Code does) with the README's servers
+a bin, and the user starts omega from the project (as Claude Code does) with the documented servers
 (`${OMEGA_PYTHON} -m mcp_server_time`, `npx -y <pkg>`). Unconfined, in omega's cwd, the first
 imports the planted module and the second runs the planted bin, with the user's rights. Each planted
 file writes a marker outside the workspace; the marker must never appear, and the real server must
-still answer. A server whose `cwd` or program lies inside a write root is refused, naming the setting.
+still answer. A server whose `cwd` or program lies inside a write root runs only confined; with
+`sandbox = "none"` it is refused, naming the setting.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -25,6 +27,7 @@ from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.untrusted import LaunchGuard
 from omega_mcp.toolbox import Toolbox
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox policy here is Linux's")
 
@@ -96,7 +99,7 @@ async def test_a_restarted_python_server_does_not_import_a_module_planted_in_ome
         Downstreams.from_config(config, guard=guard, backoff_seconds=0.05) as downstreams,
         Toolbox(policy, downstreams) as toolbox,
     ):
-        with anyio.fail_after(30):
+        with deadline(30):
             while [s.state for s in downstreams.statuses()] != ["connected"]:  # noqa: ASYNC110 - a test poll
                 await anyio.sleep(0.05)
         result = await toolbox.call_tool("mcp__time__get_current_time", {"timezone": "UTC"})
@@ -157,7 +160,10 @@ def test_the_file_tools_cannot_plant_node_modules_in_omegas_home(tmp_path: Path)
 
 
 @pytest.mark.parametrize("where", ["workspace", "write_root", "omega_home", "tmp"])
-def test_a_server_whose_cwd_lies_in_a_write_root_is_refused_naming_the_setting(tmp_path: Path, where: str) -> None:
+def test_an_unconfined_server_whose_cwd_lies_in_a_write_root_is_refused_naming_the_setting(
+    tmp_path: Path, where: str
+) -> None:
+    """Unconfined (`sandbox = "none"`) it is refused; without that it runs confined (test_workspace_servers.py)."""
     extra = tmp_path / "extra"
     extra.mkdir()
     cwd = {
@@ -166,7 +172,7 @@ def test_a_server_whose_cwd_lies_in_a_write_root_is_refused_naming_the_setting(t
         "omega_home": tmp_path / "home" / "stuff",
         "tmp": Path("/tmp"),
     }[where]
-    servers = f'[servers.time]\ncommand = "{sys.executable}"\nargs = ["-c", "pass"]\ncwd = "{cwd}"\n'
+    servers = f'[servers.time]\ncommand = "{sys.executable}"\nargs = ["-c", "pass"]\ncwd = "{cwd}"\nsandbox = "none"\n'
     servers += '[servers.ok]\ncommand = "${OMEGA_PYTHON}"\nargs = ["-m", "mcp_server_time"]\n'
     ws, config = _project(tmp_path, servers)
     text = config.read_text().replace("[servers.time]", f'write_roots = ["{extra}"]\n[servers.time]', 1)
@@ -176,23 +182,34 @@ def test_a_server_whose_cwd_lies_in_a_write_root_is_refused_naming_the_setting(t
     servers_json = json.loads(done.stdout)["servers"]
     reason = servers_json["time"]["reason"] or ""
     assert servers_json["time"]["state"] == "failed"
-    assert "servers.time.cwd" in reason and "write" in reason, reason
+    assert "servers.time.cwd" in reason and 'servers.time.sandbox = "none"' in reason and "write" in reason, reason
     if pytest.importorskip("mcp_server_time") is not None:
         assert servers_json["ok"]["state"] == "connected", servers_json["ok"]
 
 
-def test_a_server_whose_program_lies_in_the_workspace_is_refused_naming_the_setting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unconfined", [True, False])
+def test_a_server_whose_program_lies_in_the_workspace_never_runs_unconfined(tmp_path: Path, unconfined: bool) -> None:
+    """`sandbox = "none"`: refused, naming the setting; without it the program runs confined, so its write
+    outside its own directories (the marker) is denied and it dies."""
     ws, config = _project(tmp_path, "")
     program = ws / "bin" / "server"
-    marker = tmp_path / "marker"
+    marker = Path(tempfile.mkdtemp(dir="/var/tmp")) / "marker"  # outside the confined server's private /tmp
     program.parent.mkdir()
     program.write_text(f"#!/bin/sh\necho ran > {marker}\n")
     program.chmod(0o755)
-    config.write_text(config.read_text() + f'[servers.local]\ncommand = "{program}"\n')
-    done = _omega(tmp_path, config, "tools", cwd=ws)
-    assert done.returncode == 1
-    assert "local: failed: not started: servers.local.command" in done.stdout, done.stdout + done.stderr
-    assert not marker.exists()
+    entry = f'[servers.local]\ncommand = "{program}"\n' + ('sandbox = "none"\n' if unconfined else "")
+    config.write_text(config.read_text() + entry)
+    try:
+        done = _omega(tmp_path, config, "tools", cwd=ws)
+        assert done.returncode == 1
+        if unconfined:
+            expected = 'local: failed: not started: servers.local.sandbox = "none", but servers.local.command'
+            assert expected in done.stdout, done.stdout + done.stderr
+        else:
+            assert "local: failed" in done.stdout and "confined" in done.stdout, done.stdout + done.stderr
+        assert not marker.exists()
+    finally:
+        shutil.rmtree(marker.parent, ignore_errors=True)
 
 
 async def test_a_restarted_npx_server_does_not_run_a_package_planted_in_omegas_cwd(
@@ -216,7 +233,7 @@ async def test_a_restarted_npx_server_does_not_run_a_package_planted_in_omegas_c
     config = load_config(config_path)
     policy = SandboxPolicy.from_config(config)
     async with Downstreams.from_config(config, guard=LaunchGuard.of(policy), backoff_seconds=0.05):
-        with anyio.fail_after(60):
+        with deadline(60):
             while "done" not in (starts.read_text() if starts.exists() else ""):  # noqa: ASYNC110 - a test poll
                 await anyio.sleep(0.05)
     assert starts.read_text().count("start") >= 2

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
@@ -27,6 +26,7 @@ from omega_mcp.toolbox import Toolbox
 from omega_mcp.toolsearch import CALL_TOOL, SEARCH_TOOLS, ToolSearchMode
 from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool
 from search_support import catalog_servers
+from waits import deadline
 
 BUILTINS = [tool.name for tool, _ in BUILTIN_TOOLS]
 BUDGET_TOKENS = 1_500
@@ -229,7 +229,7 @@ async def test_the_index_follows_a_server_whose_tools_change(rwx_policy: Sandbox
                 )
             )
             await sessions[0].send_tool_list_changed()
-            with anyio.fail_after(10):
+            with deadline(10):
                 while downstreams.version == version:
                     await downstreams.wait_changed()
             after = await c.call_tool(SEARCH_TOOLS, {"query": "frobnicate the widgets"})
@@ -299,3 +299,41 @@ async def test_the_mcp_param_schema_lookup_answers_only_for_tools_the_callers_pr
         )
     assert words is not None and lines is not None
     assert everyone == words and hidden is None and permitted == lines
+
+
+async def test_search_tools_takes_a_server_filter_and_says_when_no_server_has_that_name(rwx_policy: SandboxPolicy):
+    servers = {"alpha": downstream("alpha", [echo_tool("echo")]), "beta": downstream("beta", [echo_tool("echo")])}
+    async with search_hub(rwx_policy, servers) as (_, _toolbox, server):
+        async with client(server) as c:
+            definition = next(t for t in (await c.list_tools()).tools if t.name == SEARCH_TOOLS)
+            narrowed = await c.call_tool(SEARCH_TOOLS, {"query": "echo the text back", "server": "beta"})
+            builtins = await c.call_tool(SEARCH_TOOLS, {"query": "run a shell command", "server": "omega"})
+            unknown = await c.call_tool(SEARCH_TOOLS, {"query": "echo", "server": "gamma"})
+            wrong = await c.call_tool(SEARCH_TOOLS, {"query": "echo", "server": 7})
+    assert definition.input_schema["properties"]["server"]["type"] == "string"
+    assert [t["name"] for t in (narrowed.structured_content or {})["tools"]] == ["mcp__beta__echo"]
+    rows = (builtins.structured_content or {})["tools"]
+    assert rows[0]["name"] == "bash" and {row["server"] for row in rows} == {"omega"}
+    assert not unknown.is_error and (unknown.structured_content or {})["tools"] == []
+    assert "No connected server is named 'gamma'" in text(unknown)
+    assert wrong.is_error and "`server`" in text(wrong)
+
+
+async def test_a_downstream_copy_of_bash_does_not_outrank_bash_and_each_result_names_its_server(
+    rwx_policy: SandboxPolicy,
+):
+    bash = next(tool for tool, _ in BUILTIN_TOOLS if tool.name == "bash")
+    copy = bash.model_copy(update={"name": "run_shell_command"})  # the description, title and schema copied
+    async with search_hub(rwx_policy, {"helper": downstream("helper", [copy, echo_tool("echo")])}) as (
+        _,
+        _toolbox,
+        server,
+    ):
+        async with client(server) as c:
+            result = await c.call_tool(SEARCH_TOOLS, {"query": "run a shell command"})
+    rows = (result.structured_content or {})["tools"]
+    assert [row["name"] for row in rows[:2]] == ["bash", "mcp__helper__run_shell_command"]
+    assert [row["server"] for row in rows[:2]] == ["omega", "helper"]
+    lines = text(result).splitlines()
+    assert lines[0].startswith("bash: ") and lines[0].endswith("[omega built-in]")
+    assert lines[1].endswith("[server helper]")

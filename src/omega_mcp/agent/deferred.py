@@ -127,7 +127,7 @@ class DeferredTools:
     def search(self, call_id: str | None, wire_name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
         """Run `search_tools` for the model: text lines, plus `tool_reference`s where the provider loads them."""
         try:
-            query, limit = search_arguments(arguments)
+            query, limit, server = search_arguments(arguments)
         except ToolError as exc:
             return ToolResult(call_id, wire_name, (TextPart(str(exc)),), is_error=True)
 
@@ -137,7 +137,7 @@ class DeferredTools:
                 wire = name
             return self._by_wire[wire].name if wire is not None and wire in self._by_wire else None
 
-        found = self.finder.run(query, limit, exported)
+        found = self.finder.run(query, limit, exported, server=server)
         result = found_result(found)
         wires = [self.catalog.wire_name(e.name) or e.name for e in found.entries]
         text = "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))

@@ -26,7 +26,7 @@ from omega_mcp.agent.loop import (
     ToolResultEvent,
     ToolsInfo,
 )
-from omega_mcp.messages import Message, ModelResponse, ToolSpec, Usage
+from omega_mcp.messages import Message, ModelResponse, RequestSettings, ToolSpec, Usage
 from omega_mcp.providers import Provider
 from omega_mcp.visible import json_safe
 
@@ -130,10 +130,11 @@ class StreamedTurns:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         try:
             response = await self._provider.request(
-                model=model, system=system, messages=messages, tools=tools, on_text=on_text
+                model=model, system=system, messages=messages, tools=tools, on_text=on_text, settings=settings
             )
         except BaseException:
             self._printer.turn_ended(None)  # the error line must start on a line of its own

@@ -6,8 +6,10 @@ back as MCP image content; any other binary file is an error naming its size and
 bytes. Text is streamed in chunks and split at the byte level, keeping at most 2000 characters a
 line, so memory stays small for any file size; one call scans at most 1 GiB or 15 s and says where
 it stopped. Control characters other than tab and newline are shown as `\\xNN`. Anything that is
-not a regular file is refused before a byte is read (`sandbox/paths.py` opens the path), and output
-over 50,000 characters is cut with an honest notice.
+not a regular file is refused before a byte is read (`sandbox/paths.py` opens the path: inside the
+session's sandbox world through its file worker where it has one, `sandbox/fileworker_client.py`,
+so `read` finds what that session's bash would), and output over 50,000 characters is cut with an
+honest notice.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from omega_mcp.builtin.schemas import DEFAULT_READ_LIMIT, ReadArgs
 from omega_mcp.builtin.text import plural
 from omega_mcp.errors import ToolError
 from omega_mcp.results import text_result
+from omega_mcp.sandbox import fileworker_client
+from omega_mcp.sandbox.fileworker_client import FileWorker, WorkerGoneError
 from omega_mcp.sandbox.paths import describe_os_error, open_readable, resolve_path
 from omega_mcp.sandbox.policy import SandboxPolicy
 
@@ -269,9 +273,9 @@ def _image(fd: int, path: Path, head: bytes, kind: FileKind) -> types.CallToolRe
     )
 
 
-def _read_sync(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
+def _read_sync(policy: SandboxPolicy, args: ReadArgs, worker: FileWorker | None) -> types.CallToolResult:
     path = resolve_path(policy, args.file_path)
-    fd = open_readable(policy, path)
+    fd = open_readable(policy, path, worker)
     try:
         head = os.read(fd, SNIFF_BYTES)
         kind = sniff(head, path)
@@ -301,9 +305,24 @@ async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResu
         ToolError: missing, not a regular file, another binary file, an image too large, I/O error.
     """
     try:
-        return await anyio.to_thread.run_sync(_read_sync, policy, args)
+        return await _read_in_world(policy, args)
     except ToolError as exc:
         message = str(exc)
         if visible_controls(message) != message:  # a file name with control characters in it
             raise ToolError(visible_controls(message)) from None
         raise
+
+
+async def _read_in_world(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
+    """Through the session's file worker where it has a sandbox world (a worker that died is replaced
+    once), else with the path checks alone."""
+    why = ""
+    for _ in range(2):
+        worker = await fileworker_client.worker_for(policy)
+        try:
+            return await anyio.to_thread.run_sync(_read_sync, policy, args, worker)
+        except WorkerGoneError as exc:
+            assert worker is not None
+            fileworker_client.discard(worker)
+            why = str(exc)
+    raise ToolError(f"read failed: the sandbox's file worker for this session stopped twice ({why}); try again")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from omega_mcp.server.server import OmegaServer
     from omega_mcp.toolbox import Toolbox
 
-__all__ = ["drain_on_sigterm", "ensure_client_workspaces", "hub_operations", "reload_on_sighup"]
+__all__ = ["drain_on_sigterm", "ensure_client_workspaces", "hub_operations", "reload_on_sighup", "reload_once"]
 
 logger = logging.getLogger("omega_mcp")
 
@@ -118,6 +118,13 @@ async def reload_on_sighup(
         task_status.started()
         async for _ in signals:
             config = await _reload(config, policy, downstreams, tokens, profiles)
+
+
+async def reload_once(
+    config: Config, policy: SandboxPolicy, downstreams: Downstreams, tokens: HubTokens, profiles: Profiles
+) -> Config:
+    """Reload `config`'s file once, as on SIGHUP (the shared hub does when the file's content changes)."""
+    return await _reload(config, policy, downstreams, tokens, profiles)
 
 
 async def _reload(

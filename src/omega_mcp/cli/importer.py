@@ -142,7 +142,7 @@ def _inline(values: dict[str, str]) -> InlineTable:
 
 _CONFINE_HINT = (
     'sandbox = "default"   # uncomment to confine it: writes only to its own directory, no network',
-    "(or sandbox = { network = true, write_roots = [...] }: see the README, Confined servers)",
+    "(or sandbox = { network = true, write_roots = [...] }: see docs/servers.md, Confined servers)",
 )
 
 

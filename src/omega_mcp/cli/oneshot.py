@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from omega_mcp.cli.common import EXIT_FAILURE, EXIT_OK, UsageError, say
-from omega_mcp.cli.toolbox import needs_servers, open_toolbox
+from omega_mcp.cli.toolbox import launch_guard, needs_servers, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -70,7 +70,8 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         statuses = downstreams.statuses()
         exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
         code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
-        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name)) for s in statuses}
+        guard = launch_guard(config, policy)
+        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name, guard)) for s in statuses}
         if args.json:
             servers = {
                 s.server_name: {
@@ -88,7 +89,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 "servers": servers,
                 "sandbox": {
                     **sandbox,
-                    "layers": sandbox_layers(policy, sandbox, confined_servers(config)),
+                    "layers": sandbox_layers(policy, sandbox, confined_servers(config, guard)),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },
@@ -164,6 +165,9 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
 
     if args.limit < 1:
         raise UsageError(f"--limit: must be at least 1, got {args.limit}")
+    server = getattr(args, "server", None)
+    if server is not None and not server.strip():
+        raise UsageError("--server: give a server's name (its servers.toml key), or leave it out")
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         tools = await toolbox.list_tools()
         namespace = toolbox.namespace()
@@ -178,7 +182,7 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
 
         finder = ToolFinder()
         finder.update(entries_of(tools, server_of))
-        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported)
+        found = finder.run(args.query, min(args.limit, MAX_LIMIT), exported, server=server.strip() if server else None)
         failed = [s.server_name for s in downstreams.statuses() if _state(s) == "failed"]
     if failed:
         say(f"omega-mcp: note: not searched (did not connect): {', '.join(failed)}")
@@ -192,7 +196,7 @@ async def run_search(config: Config, args: argparse.Namespace, out: TextIO, earl
     # What search_tools' text says besides the tools (a hint, a weak match, unknown names) goes to stderr.
     listed = {e.name for e in found.entries}
     for line in _text_of(found_result(found)).splitlines():
-        if line.split(":", 1)[0] not in listed:
+        if line.split(":", 1)[0].split(" [", 1)[0] not in listed:
             say(f"omega-mcp: {line}")
     return EXIT_OK
 

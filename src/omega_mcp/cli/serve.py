@@ -20,7 +20,7 @@ import anyio
 
 from omega_mcp.cli.common import EXIT_OK, UsageError
 from omega_mcp.cli.signals import SignalGuard
-from omega_mcp.cli.toolbox import open_toolbox
+from omega_mcp.cli.toolbox import launch_guard, open_toolbox
 from omega_mcp.config import Config
 from omega_mcp.proxy.spawn import EarlyStarts
 
@@ -36,6 +36,10 @@ async def run_serve(
     config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts | None = None
 ) -> int:
     """Serve the toolbox until the client leaves or a signal arrives; returns the exit code."""
+    if getattr(args, "shared_hub", False):
+        from omega_mcp.cli.hubd import run_shared_hub
+
+        return await run_shared_hub(config, args, guard, early)
     if args.http and not 0 < args.port < 65536:
         raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     sockets: list[socket.socket] = []
@@ -85,7 +89,8 @@ async def _serve(
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
         logger.info("%s", _sandbox_line(sandbox))
-        logger.info("%s", summary(sandbox_layers(policy, sandbox, confined_servers(config))))
+        confined = confined_servers(config, launch_guard(config, policy))
+        logger.info("%s", summary(sandbox_layers(policy, sandbox, confined)))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
         hub = config.hub

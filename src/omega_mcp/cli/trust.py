@@ -41,7 +41,8 @@ def launch_guard(config: Config, args: argparse.Namespace) -> LaunchGuard:
     """What keeps this run's stdio servers away from its write roots (`sandbox/untrusted.py`)."""
     from omega_mcp.sandbox.untrusted import LaunchGuard
 
-    return LaunchGuard.of(policy_for(config, args))
+    guard = LaunchGuard.of(policy_for(config, args))
+    return guard.widened(c.workspace for c in config.hub.clients.values() if c.workspace)
 
 
 def _implicit_cwd_config(config: Config, args: argparse.Namespace) -> bool:

@@ -414,6 +414,8 @@ class HubConfig(_Strict):
     """Globs of the tools listed even in search mode; None: the built-ins."""
     drain_seconds: float = Field(default=30.0, ge=0, le=3600, allow_inf_nan=False)
     """On SIGTERM, how long requests are still served (and calls in flight may finish) before omega exits."""
+    idle_exit: float = Field(default=600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
+    """The shared hub (`omega-mcp attach`) exits when no window has been attached for this many seconds."""
     clients: dict[ClientKey, ClientConfig] = Field(default_factory=dict[str, ClientConfig])
     """`[hub.clients.NAME]`: the HTTP clients with their own token and profile."""
 

@@ -11,7 +11,8 @@ pipe's `take`), otherwise untouched. To a streamable HTTP server (one the relay 
 body or an event stream) are handled as a pipe's are; what the relay does not take goes to the SDK
 session, which answers a server's request as its own transport would have. Progress tokens and
 `notifications/cancelled` are mapped both ways, the server's `timeout` cancels downstream and
-answers isError, and a server that dies fails its pending calls. A 2026-07-28 client's call (no
+answers isError, and a server that dies fails its pending calls; what the client gets for each
+answer or failure is `proxy/outcome.py`'s decision, the rule `forward_call` applies too. A 2026-07-28 client's call (no
 handshake: its `_meta` names the version, client info and capabilities) goes to a 2026-era server as
 it is, envelope, input-required rounds and all, and comes back as it is; to a handshake-era server
 it is relayed only when the client can be asked nothing and it is no round's retry (else the bridge
@@ -39,20 +40,21 @@ from typing import Any
 import anyio
 import anyio.abc
 import h11
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from omega_mcp.errors import InvalidArgumentsError
-from omega_mcp.fastpath.envelope import RESERVED_META, VERSION_KEY, askable, enveloped, log_level_of
-from omega_mcp.jsonline import encode_line
 from omega_mcp.loglevels import allows
 from omega_mcp.narrow import as_object, object_or_none
-from omega_mcp.oversize import is_too_large
-from omega_mcp.pipes import PipeReader, PipeWriter
-from omega_mcp.proxy.calls import refused, timed_out, too_long, went_away
-from omega_mcp.proxy.http_lane import Lane, Refusal, TooLong
+from omega_mcp.proxy.http_lane import Lane, Refusal
+from omega_mcp.proxy.outcome import Answer, Broke, Called, Outcome, Oversized, TimedOut, WentAway, outcome
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.results import checked_wire, error_wire, invalid_result, modern_complete
+from omega_mcp.results import modern_complete
 from omega_mcp.toolbox import Toolbox
+from omega_mcp.wire.envelope import RESERVED_META, VERSION_KEY, askable, enveloped, log_level_of
+from omega_mcp.wire.jsonline import encode_line
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
+from omega_mcp.wire.sse import TooLong
 
 __all__ = ["Relay"]
 
@@ -69,7 +71,7 @@ class _Call:
     tool_name: str
     session: DownstreamSession
     timeout: float
-    pipes: tuple[PipeReader, PipeWriter] | None
+    pipes: tuple[PipeReader[Any], PipeWriter[Any]] | None
     """A stdio server's pipes; None: an HTTP server's `lane`, one POST per call."""
     lane: Lane | None = None
     scope: anyio.CancelScope | None = None
@@ -82,12 +84,19 @@ class _Call:
     """Passed on as it is, to a 2026-era server (no envelope of ours on the answer)."""
     log_level: str | None = None
 
-    @property
-    def limit(self) -> int:
-        return self.session.spec.max_message_bytes
+    def decide(self, answer: Answer) -> Outcome:
+        """What the client gets for `answer`: the SDK path's rule (`proxy/outcome.py`)."""
+        called = Called(
+            self.server_name,
+            self.tool_name,
+            self.session.spec.max_message_bytes,
+            remote=self.lane is not None,
+            rounds=self.passed,
+        )
+        return outcome(called, answer)
 
     @property
-    def source(self) -> PipeReader | Lane | None:
+    def source(self) -> PipeReader[Any] | Lane | None:
         """Where its answer comes from (a server's log message there is this call's too)."""
         return self.pipes[0] if self.pipes is not None else self.lane
 
@@ -99,7 +108,7 @@ class Relay:
         self,
         toolbox: Toolbox,
         downstreams: Downstreams,
-        client: PipeWriter,
+        client: PipeWriter[Any],
         task_group: anyio.abc.TaskGroup,
         *,
         server_info: dict[str, Any] | None = None,
@@ -120,7 +129,7 @@ class Relay:
         self._ready = False
         self._calls: dict[str, _Call] = {}
         self._hooked: set[int] = set()  # the server pipes whose answers the relay looks at first
-        self._writers: list[PipeWriter] = []  # the server pipes it writes to (a closed one is dropped)
+        self._writers: list[PipeWriter[Any]] = []  # the server pipes it writes to (a closed one is dropped)
         self._by_client: dict[Any, str] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
@@ -136,7 +145,12 @@ class Relay:
             if self._ready:
                 return self._call(message)
             params = object_or_none(message.get("params"))
-            return not self._handshake and params is not None and enveloped(params) and self._call(message, True)
+            return (
+                not self._handshake
+                and params is not None
+                and enveloped(params, MODERN_PROTOCOL_VERSIONS)
+                and self._call(message, True)
+            )
         if method == "notifications/cancelled":
             return self._client_cancelled(message)
         if method == "initialize":
@@ -200,17 +214,17 @@ class Relay:
         relay_id: str,
         call: _Call,
         session: DownstreamSession,
-        pipes: tuple[PipeReader, PipeWriter],
+        pipes: tuple[PipeReader[Any], PipeWriter[Any]],
         request: dict[str, Any],
     ) -> None:
         self._hook(session, pipes)
         try:
             pipes[1].send_nowait(encode_line(request))
         except _GONE:
-            why = session.stopped_because()
-            if pipes is session.pipes:
-                session.lose(why or "the server closed the connection")
-            self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, why=why)))
+            decided = call.decide(WentAway(session.stopped_because()))
+            if pipes is session.pipes and decided.lose is not None:
+                session.lose(decided.lose)
+            self._finish(relay_id, decided)
 
     def _arm(self, relay_id: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -229,19 +243,19 @@ class Relay:
         self._cancel_downstream(call, relay_id, "cancelled by the client")
         return True
 
-    def downstream_congested(self) -> PipeWriter | None:
+    def downstream_congested(self) -> PipeWriter[Any] | None:
         """A server pipe with more than a bounded backlog (the client's calls wait for it), or None."""
         for writer in self._writers:
             if writer.congested:
                 return writer
         return None
 
-    def _client_congested(self) -> PipeWriter | None:
+    def _client_congested(self) -> PipeWriter[Any] | None:
         return self._client if self._client.congested else None
 
     # -- from the servers --------------------------------------------------------------------
 
-    def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader, PipeWriter]) -> None:
+    def _hook(self, session: DownstreamSession, pipes: tuple[PipeReader[Any], PipeWriter[Any]]) -> None:
         """Install the answer hook on a server's pipe (once per link; restarts get new pipes)."""
         reader = pipes[0]
         if id(reader) in self._hooked:
@@ -274,52 +288,38 @@ class Relay:
                 return None
             return message.get("id") == relay_id and "method" not in message
 
-        server, tool = call.server_name, call.tool_name
         assert call.scope is not None  # made with the call, so a cancel before this task starts holds
         with call.scope:
             try:
                 if await lane.exchange(body, headers, deliver):
                     return
-            except Refusal as refusal:  # as the SDK's transport: a JSON-RPC error, as it is
-                self._finish(relay_id, refusal.error, failed=True)
+            except Refusal as refusal:  # as the SDK's transport: a JSON-RPC error
+                self._finish(relay_id, call.decide({"jsonrpc": "2.0", "id": relay_id, "error": refusal.error}))
                 return
             except TooLong:
-                self._finish(relay_id, error_wire(too_long(server, tool, call.limit)))
+                self._finish(relay_id, call.decide(Oversized()))
                 return
             except (*_GONE, anyio.EndOfStream, OSError, TimeoutError, ValueError, h11.ProtocolError) as exc:
                 # as forward_call: a transport failure, the connection is no longer trustworthy
                 if relay_id in self._calls:
-                    call.session.lose(f"{type(exc).__name__}: {exc}")
-                    failed = f"server {server} failed during the call to {tool}: {type(exc).__name__}: {exc}"
-                    self._finish(relay_id, error_wire(failed))
+                    self._lost(relay_id, call, call.decide(Broke(f"{type(exc).__name__}: {exc}")))
                 return
         if relay_id in self._calls:  # the stream ended with no answer: as the SDK path, the server went away
-            call.session.lose("the server closed the connection")
-            self._finish(relay_id, error_wire(went_away(server, tool, remote=True)))
+            self._lost(relay_id, call, call.decide(WentAway()))
 
-    def _from_server(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
+    def _lost(self, relay_id: str, call: _Call, decided: Outcome) -> None:
+        """Answer a call whose connection is no longer to be trusted, and mark its session lost."""
+        if decided.lose is not None:
+            call.session.lose(decided.lose)
+        self._finish(relay_id, decided)
+
+    def _from_server(self, message: dict[str, Any], reader: PipeReader[Any] | Lane) -> bool:
         request_id = message.get("id")
         if isinstance(request_id, str) and request_id.startswith(_PREFIX) and "method" not in message:
             call = self._calls.get(request_id)
             if call is None:
                 return True  # the answer to a call that timed out or was cancelled
-            result = object_or_none(message.get("result"))
-            error = object_or_none(message.get("error"))
-            if error is not None and is_too_large(
-                error.get("data")
-            ):  # as forward_call: that call fails, not the server
-                self._finish(request_id, error_wire(too_long(call.server_name, call.tool_name, call.limit)))
-                return True
-            if error is not None and isinstance(error.get("code"), int):
-                self._finish(request_id, error, failed=True)  # the server's own error, as it is
-                return True
-            if "error" in message or result is None:
-                result = self._failure(call, message)
-            elif call.passed and result.get("resultType") == "input_required":
-                pass  # the client's own round, as forward_call hands it on
-            elif not isinstance(result.get("content"), list):  # as forward_call: checked against the model
-                result = checked_wire(result, invalid=invalid_result(call.server_name, call.tool_name))
-            self._finish(request_id, result)
+            self._finish(request_id, call.decide(message))  # as forward_call: the one outcome rule
             return True
         if message.get("method") == "notifications/message":
             return self._log(message, reader)
@@ -334,17 +334,7 @@ class Relay:
                 return True
         return False
 
-    def _failure(self, call: _Call, message: dict[str, Any]) -> dict[str, Any]:
-        error = object_or_none(message.get("error"))
-        if error is not None:
-            code = error.get("code")
-            message_text = str(error.get("message"))
-            return error_wire(
-                refused(call.server_name, call.tool_name, message_text, code if isinstance(code, int) else 0)
-            )
-        return error_wire(f"{invalid_result(call.server_name, call.tool_name)}: no `result` object")
-
-    def _log(self, message: dict[str, Any], reader: PipeReader | Lane) -> bool:
+    def _log(self, message: dict[str, Any], reader: PipeReader[Any] | Lane) -> bool:
         """A server's log message while relayed calls run there: the client's, at the level it asked for."""
         params = as_object(message.get("params"))
         level = params.get("level")
@@ -367,20 +357,21 @@ class Relay:
                 why = session.stopped_because()
                 if call.scope is not None:
                     call.scope.cancel()
-                remote = call.lane is not None
-                self._finish(relay_id, error_wire(went_away(call.server_name, call.tool_name, remote=remote, why=why)))
+                self._finish(relay_id, call.decide(WentAway(why)))
 
     # -- answers and timeouts ----------------------------------------------------------------
 
-    def _finish(self, relay_id: str, result: dict[str, Any], *, failed: bool = False) -> None:
-        """Answer the client's call with `result` (or, `failed`, with `result` as its JSON-RPC error)."""
+    def _finish(self, relay_id: str, decided: Outcome) -> None:
+        """Answer the client's call as decided: with its result, or with the server's JSON-RPC error."""
         call = self._calls.pop(relay_id, None)
         if call is None:
             return
         self._by_client.pop(call.client_id, None)
-        if failed:
-            self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": result})
+        if decided.error is not None:
+            self._to_client({"jsonrpc": "2.0", "id": call.client_id, "error": decided.error})
             return
+        result = decided.result
+        assert result is not None  # an outcome is a result or an error
         if call.modern:  # a server's own 2026 answer has both already; one omega wrote (a timeout) gets them
             result = self._envelope(result)
         self._to_client({"jsonrpc": "2.0", "id": call.client_id, "result": result})
@@ -424,7 +415,7 @@ class Relay:
                 call = self._calls.get(relay_id)
                 if call is not None and deadline <= now:
                     self._cancel_downstream(call, relay_id, f"timed out after {call.timeout:g} s")
-                    self._finish(relay_id, error_wire(timed_out(call.server_name, call.tool_name, call.timeout)))
+                    self._finish(relay_id, call.decide(TimedOut(call.timeout)))
             if len(self._deadlines) > 4 * len(self._calls) + 1024:  # finished calls pile up: prune
                 self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
                 heapq.heapify(self._deadlines)

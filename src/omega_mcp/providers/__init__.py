@@ -14,13 +14,24 @@ from typing import Literal, Protocol, get_args
 
 import httpx2
 
-from omega_mcp.messages import Message, ModelResponse, ToolSpec
+from omega_mcp.messages import AudioPart, ImagePart, Message, ModelResponse, RequestSettings, ToolSpec
 from omega_mcp.providers._http import RetryPolicy
 
-__all__ = ["PRESETS", "PROVIDER_NAMES", "Provider", "ProviderName", "ProviderPreset", "RetryPolicy", "create_provider"]
+__all__ = [
+    "PRESETS",
+    "PROVIDER_NAMES",
+    "Provider",
+    "ProviderName",
+    "ProviderPreset",
+    "RetryPolicy",
+    "create_provider",
+    "media_problem",
+]
 
 ProviderName = Literal["openai", "anthropic", "ollama", "openrouter", "gemini"]
 PROVIDER_NAMES: tuple[str, ...] = get_args(ProviderName)
+_CHAT_AUDIO = frozenset({"audio/wav", "audio/x-wav", "audio/wave", "audio/mpeg", "audio/mp3"})
+"""The audio a Chat Completions `input_audio` part takes (its `format`: wav or mp3)."""
 
 
 class Provider(Protocol):
@@ -37,8 +48,12 @@ class Provider(Protocol):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         """The next assistant turn. An empty `tools` means no tools are offered at all.
+
+        `settings` (temperature, stop sequences, tool choice) are mapped to the provider's own fields;
+        media parts of user messages are sent only where `media_problem` finds none.
 
         With `on_text`, the provider streams: each piece of answer text is passed to `on_text` as
         it arrives, and the returned turn is exactly the one the non-streamed request would give.
@@ -63,11 +78,22 @@ class ProviderPreset:
     key_envs: tuple[str, ...]
     key_required: bool
     default_model: str
+    media: frozenset[str] = frozenset({"image"})
+    """The media a user message may carry in this wire format ("image", "audio")."""
+    audio_types: frozenset[str] | None = None
+    """The audio MIME types it takes (None: any)."""
 
 
 PRESETS: dict[str, ProviderPreset] = {
     "openai": ProviderPreset(
-        "openai", "https://api.openai.com/v1", "OPENAI_BASE_URL", ("OPENAI_API_KEY",), True, "gpt-5.4"
+        "openai",
+        "https://api.openai.com/v1",
+        "OPENAI_BASE_URL",
+        ("OPENAI_API_KEY",),
+        True,
+        "gpt-5.4",
+        media=frozenset({"image", "audio"}),
+        audio_types=_CHAT_AUDIO,
     ),
     "openrouter": ProviderPreset(
         "openrouter",
@@ -76,6 +102,8 @@ PRESETS: dict[str, ProviderPreset] = {
         ("OPENROUTER_API_KEY",),
         True,
         "anthropic/claude-sonnet-4.5",
+        media=frozenset({"image", "audio"}),
+        audio_types=_CHAT_AUDIO,
     ),
     "anthropic": ProviderPreset(
         "anthropic",
@@ -93,8 +121,20 @@ PRESETS: dict[str, ProviderPreset] = {
         ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
         True,
         "gemini-2.5-flash",
+        media=frozenset({"image", "audio"}),
     ),
 }
+
+
+def media_problem(name: str, part: ImagePart | AudioPart) -> str | None:
+    """Why provider `name` cannot take `part` in a user message, or None."""
+    preset = PRESETS.get(name)
+    kind = "image" if isinstance(part, ImagePart) else "audio"
+    if preset is None or kind not in preset.media:
+        return f"the {name} provider takes no " + ("images" if kind == "image" else "audio input")
+    if kind == "audio" and preset.audio_types is not None and part.mime_type not in preset.audio_types:
+        return f"the {name} provider takes wav or mp3 audio only, not {part.mime_type}"
+    return None
 
 
 def create_provider(

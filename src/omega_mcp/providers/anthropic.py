@@ -30,9 +30,11 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    AudioPart,
     ImagePart,
     Message,
     ModelResponse,
+    RequestSettings,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -42,6 +44,8 @@ from omega_mcp.messages import (
     ToolSpec,
     Usage,
     UserMessage,
+    UserPart,
+    decoded_size,
     parse_arguments,
 )
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
@@ -104,11 +108,17 @@ class AnthropicProvider(HttpProvider):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:  # byte-stable tools keep thinking blocks and caches valid
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
         body = build_request(
-            model=model, system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens
+            model=model,
+            system=system,
+            messages=messages,
+            tools=self._tools_wire,
+            max_tokens=self.max_tokens,
+            settings=settings,
         )
         if on_text is None:
             return parse_response(await self._http.post(self.url, body, self.headers), max_tokens=self.max_tokens)
@@ -140,6 +150,7 @@ def build_request(
     messages: Sequence[Message],
     tools: list[dict[str, Any]],
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    settings: RequestSettings | None = None,
 ) -> dict[str, Any]:
     """The request body with its cache breakpoints; `tools` is the output of `wire_tools` (omitted
     entirely when empty) and is not modified."""
@@ -148,7 +159,8 @@ def build_request(
     for index, message in enumerate(messages):
         match message:
             case UserMessage():
-                wire.append({"role": "user", "content": message.text})
+                content = [_user_block(part) for part in message.parts] if message.parts else message.text
+                wire.append({"role": "user", "content": content})
             case AssistantMessage():
                 pending_ids = [_safe_id(call.id, index, i) for i, call in enumerate(message.tool_calls)]
                 wire.append({"role": "assistant", "content": _assistant_content(message, pending_ids)})
@@ -174,7 +186,30 @@ def build_request(
         body["tools"] = [
             {**tool, "cache_control": dict(_EPHEMERAL)} if i == last else tool for i, tool in enumerate(tools)
         ]
+    if settings is not None:
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
+        if settings.stop:
+            body["stop_sequences"] = list(settings.stop)
+        if settings.tool_choice is not None and tools:
+            body["tool_choice"] = {"type": _TOOL_CHOICE[settings.tool_choice]}
     return body
+
+
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+
+
+def _user_block(part: UserPart) -> dict[str, Any]:
+    """A user message's part as a content block (this wire format takes no audio: the sampler checks first)."""
+    match part:
+        case TextPart():
+            return {"type": "text", "text": part.text}
+        case ImagePart():
+            return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type, "data": part.data}}
+        case AudioPart():
+            return {"type": "text", "text": f"[audio: {part.mime_type}, {decoded_size(part.data)} bytes]"}
+        case _:
+            assert_never(part)
 
 
 def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:

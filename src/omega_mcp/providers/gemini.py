@@ -28,9 +28,11 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    AudioPart,
     ImagePart,
     Message,
     ModelResponse,
+    RequestSettings,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -38,6 +40,7 @@ from omega_mcp.messages import (
     ToolSpec,
     Usage,
     UserMessage,
+    UserPart,
     parse_arguments,
 )
 from omega_mcp.narrow import as_int, as_list, as_object, as_str
@@ -92,11 +95,17 @@ class GeminiProvider(HttpProvider):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
         body = build_request(
-            system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens, model=model
+            system=system,
+            messages=messages,
+            tools=self._tools_wire,
+            max_tokens=self.max_tokens,
+            model=model,
+            settings=settings,
         )
         if on_text is None:
             return parse_response(await self._http.post(self.url_for(model), body, self.headers))
@@ -141,6 +150,7 @@ def build_request(
     tools: list[dict[str, Any]],
     max_tokens: int | None = None,
     model: str | None = None,
+    settings: RequestSettings | None = None,
 ) -> dict[str, Any]:
     """The request body (the model is in the URL, and decides where images of tool results go); `tools` is
     the output of `wire_tools`."""
@@ -148,7 +158,7 @@ def build_request(
     for message in messages:
         match message:
             case UserMessage():
-                contents.append({"role": "user", "parts": [{"text": message.text}]})
+                contents.append({"role": "user", "parts": [_user_part(part) for part in message.content]})
             case AssistantMessage():
                 contents.append(_model_content(message))
             case ToolResultsMessage():
@@ -178,9 +188,32 @@ def build_request(
         body["systemInstruction"] = {"parts": [{"text": system}]}
     if tools:
         body["tools"] = tools
+    config: dict[str, Any] = {}
     if max_tokens is not None:
-        body["generationConfig"] = {"maxOutputTokens": max_tokens}
+        config["maxOutputTokens"] = max_tokens
+    if settings is not None:
+        if settings.temperature is not None:
+            config["temperature"] = settings.temperature
+        if settings.stop:
+            config["stopSequences"] = list(settings.stop)
+        if settings.tool_choice is not None and tools:
+            body["toolConfig"] = {"functionCallingConfig": {"mode": _TOOL_CHOICE[settings.tool_choice]}}
+    if config:
+        body["generationConfig"] = config
     return body
+
+
+_TOOL_CHOICE = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
+
+
+def _user_part(part: UserPart) -> dict[str, Any]:
+    match part:
+        case TextPart():
+            return {"text": part.text}
+        case ImagePart() | AudioPart():
+            return {"inlineData": {"mimeType": part.mime_type, "data": part.data}}
+        case _:
+            assert_never(part)
 
 
 def _model_content(message: AssistantMessage) -> dict[str, Any]:

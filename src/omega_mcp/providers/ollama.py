@@ -28,6 +28,7 @@ from omega_mcp.messages import (
     ImagePart,
     Message,
     ModelResponse,
+    RequestSettings,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -85,11 +86,17 @@ class OllamaProvider(HttpProvider):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
         body = build_request(
-            model=model, system=system, messages=messages, tools=self._tools_wire, max_tokens=self.max_tokens
+            model=model,
+            system=system,
+            messages=messages,
+            tools=self._tools_wire,
+            max_tokens=self.max_tokens,
+            settings=settings,
         )
         if on_text is None:
             return parse_response(await self._http.post(self.url, body, self.headers))
@@ -124,15 +131,23 @@ def build_request(
     messages: Sequence[Message],
     tools: list[dict[str, Any]],
     max_tokens: int | None = None,
+    settings: RequestSettings | None = None,
 ) -> dict[str, Any]:
-    """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty)."""
+    """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty).
+
+    This format has no tool choice: "none" offers no tools, "required" is left to the model.
+    """
     wire: list[dict[str, Any]] = []
     if system:
         wire.append({"role": "system", "content": system})
     for message in messages:
         match message:
             case UserMessage():
-                wire.append({"role": "user", "content": message.text})
+                user: dict[str, Any] = {"role": "user", "content": message.text}
+                images = [part.data for part in message.parts if isinstance(part, ImagePart)]
+                if images:  # the text parts are `text`; this format takes no audio (the sampler checks first)
+                    user["images"] = images
+                wire.append(user)
             case AssistantMessage():
                 wire.append(_assistant(message))
             case ToolResultsMessage():
@@ -153,10 +168,17 @@ def build_request(
             case _:
                 assert_never(message)
     body: dict[str, Any] = {"model": model, "stream": False, "messages": wire}
-    if tools:
+    if tools and not (settings is not None and settings.tool_choice == "none"):
         body["tools"] = tools
+    options: dict[str, Any] = {}
     if max_tokens is not None:
-        body["options"] = {"num_predict": max_tokens}
+        options["num_predict"] = max_tokens
+    if settings is not None and settings.temperature is not None:
+        options["temperature"] = settings.temperature
+    if settings is not None and settings.stop:
+        options["stop"] = list(settings.stop)
+    if options:
+        body["options"] = options
     return body
 
 

@@ -26,9 +26,11 @@ from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    AudioPart,
     ImagePart,
     Message,
     ModelResponse,
+    RequestSettings,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -37,6 +39,7 @@ from omega_mcp.messages import (
     ToolSpec,
     Usage,
     UserMessage,
+    UserPart,
     parse_arguments,
 )
 from omega_mcp.narrow import as_int, as_list, as_object, as_str, object_or_none
@@ -97,6 +100,7 @@ class OpenAIProvider(HttpProvider):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         if tools is not self._tools_for:  # same tools object each turn: keep the JSON byte-stable
             self._tools_for, self._tools_wire = tools, wire_tools(tools)
@@ -107,6 +111,7 @@ class OpenAIProvider(HttpProvider):
             tools=self._tools_wire,
             max_tokens=self.max_tokens,
             max_tokens_field="max_tokens" if self.flavor == "openrouter" else "max_completion_tokens",
+            settings=settings,
         )
         if on_text is None:
             return parse_response(await self._http.post(self.url, body, self.headers), provider_name=self.name)
@@ -142,6 +147,7 @@ def build_request(
     tools: list[dict[str, Any]],
     max_tokens: int | None = None,
     max_tokens_field: str = "max_completion_tokens",
+    settings: RequestSettings | None = None,
 ) -> dict[str, Any]:
     """The request body; `tools` is the output of `wire_tools` (omitted entirely when empty)."""
     wire: list[dict[str, Any]] = []
@@ -151,7 +157,8 @@ def build_request(
     for index, message in enumerate(messages):
         match message:
             case UserMessage():
-                wire.append({"role": "user", "content": message.text})
+                content = [_user_part(part) for part in message.parts] if message.parts else message.text
+                wire.append({"role": "user", "content": content})
             case AssistantMessage():
                 pending_ids = [call.id or f"call_{index}_{i}" for i, call in enumerate(message.tool_calls)]
                 wire.append(_assistant(message, pending_ids))
@@ -173,7 +180,37 @@ def build_request(
         body["tools"] = tools
     if max_tokens is not None:
         body[max_tokens_field] = max_tokens
+    if settings is not None:
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
+        if settings.stop:
+            body["stop"] = list(settings.stop)
+        if settings.tool_choice is not None and tools:
+            body["tool_choice"] = settings.tool_choice
     return body
+
+
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+"""`input_audio` takes a format name, not a MIME type (`providers.media_problem` admits only these)."""
+
+
+def _user_part(part: UserPart) -> dict[str, Any]:
+    match part:
+        case TextPart():
+            return {"type": "text", "text": part.text}
+        case ImagePart():
+            return {"type": "image_url", "image_url": {"url": f"data:{part.mime_type};base64,{part.data}"}}
+        case AudioPart():
+            audio_format = _AUDIO_FORMATS.get(part.mime_type, "wav")
+            return {"type": "input_audio", "input_audio": {"data": part.data, "format": audio_format}}
+        case _:
+            assert_never(part)
 
 
 def _image_parts(result: ToolResult, call_id: str) -> list[dict[str, Any]]:

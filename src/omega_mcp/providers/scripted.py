@@ -19,6 +19,7 @@ from omega_mcp.messages import (
     AssistantPart,
     Message,
     ModelResponse,
+    RequestSettings,
     TextPart,
     ToolCallPart,
     ToolSpec,
@@ -39,6 +40,7 @@ class ScriptedRequest:
     system: str | None
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...]
+    settings: RequestSettings | None = None
 
 
 class ScriptedProvider:
@@ -61,8 +63,9 @@ class ScriptedProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
-        seen = ScriptedRequest(model, system, tuple(messages), tuple(tools))
+        seen = ScriptedRequest(model, system, tuple(messages), tuple(tools), settings)
         self.requests.append(seen)
         produced = self._script(seen)
         answer: Reply = await produced if inspect.isawaitable(produced) else produced  # pyright: ignore[reportGeneralTypeIssues]

@@ -8,7 +8,7 @@ HTTP answers under `max_message_mb`), `calls` forwards a `tools/call`, `catalog`
 prompts and resources, `subscriptions` keeps resource subscriptions, `stdio` and `spawn` start and
 stop local server processes, `client_requests` routes the servers' sampling, elicitation, roots
 and log messages to omega's clients, `oauth` (with `oauth_record`) signs in to remote servers,
-and `sampling` (with `sampling_wire`) answers sampling with omega's own provider.
+and `sampling` answers sampling with omega's own provider.
 A new way to *connect* to servers (a transport) goes here, next to `stdio`; serving is `server/`'s
 business. Nothing is imported here: `spawn` runs before the SDK is loaded.
 """

@@ -16,7 +16,7 @@ import httpx2
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.oversize import limit_text, too_large_error
+from omega_mcp.wire.oversize import limit_text, too_large_error
 
 __all__ = ["bound_json", "too_large"]
 

@@ -1,11 +1,13 @@
-"""Forwarding one tools/call to a downstream session, and the isError wording of every failure.
+"""Forwarding one tools/call to a downstream session over the SDK: the reference path.
 
-The downstream's result comes back as wire JSON and is handed on untouched (the hot path parses
-nothing it does not have to; only a result without a `content` list is checked against the SDK
-model). A failure is an isError result a model can act on: a timeout (the request was cancelled
-downstream), a server that went away, or a transport failure. A JSON-RPC error the server answered
-with is raised (`DownstreamRefusedError`): an MCP client gets that very error (code, message,
-data), the agent loop and `call` its sentence. The relay (fastpath/relay.py) does the same. The SDK hands each
+The downstream's answer comes back as wire JSON and what the client gets is `proxy/outcome.py`'s
+decision, the one rule the relays (fastpath/relay.py) apply too: the result handed on untouched
+(only one without a `content` list is checked against the SDK model), an isError result a model can
+act on (a timeout, the request cancelled downstream; a server that went away; a transport failure;
+an answer over `max_message_mb`), or the server's JSON-RPC error, raised here
+(`DownstreamRefusedError`): an MCP client gets that very error (code, message, data), the agent loop
+and `call` its sentence. What the SDK reports as its own (its timeout, a closed connection) is
+turned into the event it stands for before the rule is applied. The SDK hands each
 progress notification to its callback in a task of its own, so the result can overtake the last
 one; a call waits (bounded) for the progress it forwards before handing its result on, or an HTTP
 client whose response stream closes with the result would never see that progress.
@@ -25,13 +27,14 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 from omega_mcp.errors import DownstreamRefusedError
-from omega_mcp.oversize import is_too_large, limit_text
 from omega_mcp.proxy.modern import RESERVED_META
 from omega_mcp.proxy.oauth import step_up_needed
+from omega_mcp.proxy.outcome import Broke, Called, Outcome, TimedOut, WentAway, outcome
 from omega_mcp.proxy.session import DownstreamSession
-from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
+from omega_mcp.results import Wire, error_wire
+from omega_mcp.wire.oversize import is_too_large
 
-__all__ = ["forward_call", "refused", "timed_out", "too_long", "went_away"]
+__all__ = ["forward_call"]
 
 _PROGRESS_DRAIN_SECONDS = 2.0
 _tracer = trace.get_tracer("omega-mcp")
@@ -61,38 +64,6 @@ class _Progress:
         await anyio.lowlevel.checkpoint()  # a forward spawned just before the result starts first
         with anyio.move_on_after(_PROGRESS_DRAIN_SECONDS):
             await self._idle.wait()
-
-
-def timed_out(server_name: str, tool_name: str, timeout: float) -> str:
-    """The isError text of a call that ran past the server's `timeout`."""
-    return (
-        f"{tool_name} on server {server_name} timed out after {timeout:g} s and was cancelled "
-        f"(raise `timeout` in [servers.{server_name}] if it needs longer)"
-    )
-
-
-def went_away(server_name: str, tool_name: str, *, remote: bool = False, why: str | None = None) -> str:
-    """The isError text of a call whose server died (or, `remote`, whose connection broke) under it.
-
-    `why` is `DownstreamSession.stopped_because()`: omega ended the connection itself, for that reason.
-    """
-    again = "reconnect to it" if remote else "restart it"
-    if why is not None:
-        return f"server {server_name} was stopped during the call to {tool_name}: {why}; omega will {again}"
-    return f"server {server_name} went away during the call to {tool_name}; omega will {again}"
-
-
-def too_long(server_name: str, tool_name: str, limit: int) -> str:
-    """The isError text of a call whose result was longer than `[hub] max_message_mb` (the server is fine)."""
-    return (
-        f"the result of {tool_name} from server {server_name} is longer than {limit_text(limit)} and was dropped "
-        "(raise max_message_mb in [hub] for larger results)"
-    )
-
-
-def refused(server_name: str, tool_name: str, message: str, code: int) -> str:
-    """The isError text of a call the server answered with a JSON-RPC error."""
-    return f"server {server_name} refused the call to {tool_name}: {message} (error {code})"
 
 
 async def forward_call(
@@ -168,34 +139,40 @@ async def _forward(
         if forwarded:
             params["_meta"] = forwarded
     tracked = _Progress(progress) if progress is not None else None
+    call = Called(server_name, tool_name, session.spec.max_message_bytes, remote=isinstance(session.spec.target, str))
     try:
         result = await session.request("tools/call", params, timeout_seconds=timeout, progress=tracked)
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
-            return error_wire(timed_out(server_name, tool_name, timeout))
-        if is_too_large(exc.error.data):
-            return error_wire(too_long(server_name, tool_name, session.spec.max_message_bytes))
-        if exc.code == types.CONNECTION_CLOSED:
-            why = session.stopped_because()
-            session.lose(why or "the server closed the connection")
-            return error_wire(went_away(server_name, tool_name, remote=isinstance(session.spec.target, str), why=why))
+            return _decided(session, outcome(call, TimedOut(timeout)))
+        error = {"code": exc.code, "message": exc.message, "data": exc.error.data}
+        if exc.code == types.CONNECTION_CLOSED and not is_too_large(exc.error.data):
+            return _decided(session, outcome(call, WentAway(session.stopped_because())))
+        decided = outcome(call, {"jsonrpc": "2.0", "id": None, "error": error})
         oauth = session.spec.oauth
-        if oauth is not None and exc.code == types.INTERNAL_ERROR and (needs := step_up_needed(oauth)) is not None:
+        if (
+            decided.error is not None
+            and oauth is not None
+            and exc.code == types.INTERNAL_ERROR
+            and (needs := step_up_needed(oauth)) is not None
+        ):
             return error_wire(needs)  # refused for want of a scope only a login can get
-        # The downstream's own error, as it is (code, message, data): e.g. -32042 drives a flow.
-        raise DownstreamRefusedError(
-            refused(server_name, tool_name, exc.message, exc.code),
-            code=exc.code,
-            rpc_message=exc.message,
-            data=exc.error.data,
-        ) from None
+        return _decided(session, decided)
     except Exception as exc:  # transport failures (HTTP): the connection is no longer trustworthy
-        session.lose(f"{type(exc).__name__}: {exc}")
-        return error_wire(f"server {server_name} failed during the call to {tool_name}: {type(exc).__name__}: {exc}")
+        return _decided(session, outcome(call, Broke(f"{type(exc).__name__}: {exc}")))
     if tracked is not None:
         await tracked.drain()
-    if result.get("resultType") == "input_required":
-        return result  # the client's own round to answer (only a 2026-era client is handed one)
-    if not isinstance(result.get("content"), list):
-        return checked_wire(result, invalid=invalid_result(server_name, tool_name))
-    return result
+    return _decided(session, outcome(call, {"jsonrpc": "2.0", "id": None, "result": result}))
+
+
+def _decided(session: DownstreamSession, decided: Outcome) -> Wire:
+    """Act on the outcome: mark the session lost when it says so, raise the server's own error."""
+    if decided.lose is not None:
+        session.lose(decided.lose)
+    if decided.error is not None:
+        error = decided.error
+        raise DownstreamRefusedError(
+            decided.refusal, code=error["code"], rpc_message=str(error.get("message")), data=error.get("data")
+        )
+    assert decided.result is not None  # an outcome is a result or an error
+    return decided.result

@@ -6,9 +6,11 @@ their answers are read here first), a URL (streamable HTTP, then the older SSE t
 speaks only the handshake era; SSE first for URLs ending in `/sse`), or a transport factory
 (tests). On it runs an SDK `ClientSession` over a `JSONRPCDispatcher`, asked its era by
 `eras.negotiate` and wrapped as a `HandshakeChannel` or a `ModernChannel`. Everything is entered on
-the caller's exit stack. The probe never costs a server (`open_primary`): a stdio server that the
-probe and handshake together fail to connect (it crashed on `server/discover`) is started again and
-asked the handshake alone, and from then on. Over HTTP an answer is bounded by `max_message_mb` (`bounds.py`).
+the caller's exit stack. Over HTTP an answer is bounded by `max_message_mb` (`bounds.py`). The
+session reads through an `EofWatch`, by which the link notices that its server went away. The probe
+never costs a server (`open_primary`): a stdio server that the probe and handshake together fail
+to connect (it crashed on `server/discover`) is started again and asked the handshake alone, and
+from then on.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 
-from omega_mcp._sdk import Streams
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp._sdk import ReadStream, Streams
 from omega_mcp.proxy.bounds import bound_json
 from omega_mcp.proxy.client_requests import ServerRequests
 from omega_mcp.proxy.eras import Era, EraChoice, HandshakeChannel, negotiate, settle_early, usable_answer
@@ -41,15 +42,36 @@ from omega_mcp.proxy.oauth import auth_failure, http_auth
 from omega_mcp.proxy.spawn import EARLY_IDS, EarlyStarts
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.proxy.stdio import StdioTransport
-from omega_mcp.proxy.streams import EofWatch
 from omega_mcp.version import __version__
+from omega_mcp.wire.pipes import MessageReadStream, PipeReader, PipeWriter
 
-__all__ = ["CLIENT_INFO", "Link", "open_link", "open_primary"]
+__all__ = ["CLIENT_INFO", "EofWatch", "Link", "open_link", "open_primary"]
 
 logger = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="omega-mcp", version=__version__)
 OnMessage = MessageHandlerFnT
+
+
+class EofWatch(MessageReadStream[SessionMessage]):
+    """A read stream that reports its end (the peer went away) before passing it on."""
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], on_eof: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_eof = on_eof
+
+    def __getattr__(self, name: str) -> Any:  # `last_context` and friends, when the inner stream has them
+        return getattr(self._inner, name)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_eof()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 @dataclass(slots=True)
@@ -63,7 +85,7 @@ class Link:
     """Whether a second, handshake-era link may be tried for handshake-era clients (a 2026-era server
     does not say whether it also speaks the handshake era: SDK servers list only their 2026 versions)."""
     stdio: StdioTransport | None = None
-    pipes: tuple[PipeReader, PipeWriter] | None = None
+    pipes: tuple[PipeReader[Any], PipeWriter[Any]] | None = None
     lane: Lane | None = None
     """The relay's own POSTs to a streamable HTTP server (proxy/http_lane.py), when it can make them."""
 
@@ -76,7 +98,7 @@ class Link:
         return self.channel.server_info
 
 
-async def _early_answers(read: PipeReader, asked: tuple[str, ...]) -> dict[str, Mapping[str, Any] | MCPError]:
+async def _early_answers(read: PipeReader[Any], asked: tuple[str, ...]) -> dict[str, Mapping[str, Any] | MCPError]:
     """The answers to the probe and handshake `EarlyStarts.start` wrote: until one is usable or all came back."""
     answers: dict[str, Mapping[str, Any] | MCPError] = {}
     keys = {EARLY_IDS[key]: key for key in asked}

@@ -6,13 +6,16 @@ SDK's transport would send for the same call: the link's static headers, and in 
 the session id (`note_response` reads it off the answer to `initialize`) and the negotiated version,
 or in the 2026 era the routing headers (`MCP-Protocol-Version` of the call's envelope,
 `Mcp-Method`, `Mcp-Name`, and the `Mcp-Param-*` mirrors of omega's `ModernChannel`). The answer, a
-JSON body or a server-sent event stream, is read message by message (each bounded by
-`max_message_mb`) and handed to the relay; what the relay does not take (a server's request to the
-client, a notification about something else) goes into the SDK session's own read stream
-(`session_inbox`), which answers it as if its transport had read it.
+JSON body or a server-sent event stream (`wire/sse.py`), is read message by message (each bounded
+by `max_message_mb`) over the relay's HTTP/1.1 client (`wire/http1.py`) and handed to the relay;
+what the relay does not take (a server's request to the client, a notification about something
+else) goes into the SDK session's own read stream (`session_inbox`), which answers it as if its
+transport had read it.
 
 A status the SDK's transport turns into a JSON-RPC error is turned into the same error here
-(`Refusal`: the same codes and words), so a relayed call fails as the SDK path fails it.
+(`Refusal`: the same codes and words), so a relayed call fails as the SDK path fails it. The lane
+stays above `wire/` because it speaks the SDK's header names and error codes and hands what the
+relay leaves to the SDK session as `SessionMessage`s.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_NAME_HEADER, MCP_PROTOCOL_
 from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import Streams
-from omega_mcp.http1 import Http1Pool, Response, speakable
-from omega_mcp.jsonline import decode
 from omega_mcp.narrow import as_object, object_or_none
+from omega_mcp.wire.http1 import Http1Pool, Response, speakable
+from omega_mcp.wire.jsonline import decode
+from omega_mcp.wire.sse import ServerSentEvents, TooLong
 
-__all__ = ["Lane", "Refusal", "ServerSentEvents", "TooLong", "lane_for", "with_inbox"]
+__all__ = ["Lane", "Refusal", "lane_for", "with_inbox"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +59,6 @@ class Refusal(Exception):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.error: dict[str, Any] = {"code": code, "message": message, **({"data": data} if data is not None else {})}
-
-
-class TooLong(Exception):
-    """One message of an answer is longer than the link's `max_message_mb`."""
 
 
 Deliver = Callable[[dict[str, Any]], bool | None]
@@ -241,55 +241,6 @@ def _check(response: Response, kind: str) -> None:
             types.INVALID_REQUEST,
             f"Redirect to {location} not followed; use that URL as the endpoint if it is the intended server",
         )
-
-
-class ServerSentEvents:
-    """Server-sent events, fed bytes as they come: the data of each `message` event with data (as the
-    SDK's transport, an event with empty data is skipped), and the last event id and `retry:` seen (to
-    resume a stream that ends early)."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._pending = b""
-        self._data: list[bytes] = []
-        self._size = 0
-        self._event = b""
-        self.last_id: str | None = None
-        self.retry_ms: int | None = None
-
-    def restart(self) -> None:
-        """A new stream: what was half-read of the old one is dropped (the ids and `retry:` stay)."""
-        self._pending, self._data, self._size, self._event = b"", [], 0, b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        ready: list[bytes] = []
-        text = self._pending + chunk
-        carry = b"\r" if text.endswith(b"\r") else b""  # maybe half of a CRLF: decided with the next chunk
-        lines = text[: len(text) - len(carry)].replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        self._pending = lines.pop() + carry
-        if len(self._pending) > self._limit:
-            raise TooLong(len(self._pending))
-        for line in lines:
-            if not line:  # the end of an event
-                data = b"\n".join(self._data)
-                if data and self._event in (b"", b"message"):  # no data: a priming event (its id counts)
-                    ready.append(data)
-                self._data, self._size, self._event = [], 0, b""
-                continue
-            name, _, value = line.partition(b":")
-            value = value[1:] if value.startswith(b" ") else value
-            if name == b"data":
-                self._data.append(value)
-                self._size += len(value) + 1
-                if self._size > self._limit:
-                    raise TooLong(self._size)
-            elif name == b"event":
-                self._event = value
-            elif name == b"id" and value and b"\0" not in value:  # as the SDK's: an empty id keeps the last
-                self.last_id = value.decode("utf-8", "replace")
-            elif name == b"retry" and value.isdigit():
-                self.retry_ms = int(value)
-        return ready
 
 
 def lane_for(url: str, headers: Mapping[str, str], *, oauth: bool, max_message_bytes: int) -> Lane | None:

@@ -8,14 +8,15 @@ spec's "rejected" code) naming the setting. Every request is logged on stderr (I
 server's name, the model and the tokens it cost.
 
 The request is mapped to the neutral messages of `omega_mcp.messages` and back: text, images (and
-audio where the wire format takes it) in user messages, `tool_use` / `tool_result` content with
-the request's `tools`; `systemPrompt`, `maxTokens` (capped by `max_tokens` in `[sampling]`),
-`temperature`, `stopSequences` and `toolChoice` are honoured (`sampling_wire.py` adds what the
-neutral model has no place for); a model that refuses a temperature or stop sequences (400: the
-reasoning models) is asked once more without them, and Anthropic's API version 2026-10-21, which
-refuses any temperature, is sent none. The model: a `modelPreferences` hint that names (a part of) a
-configured model picks it; otherwise a high `intelligencePriority` picks `model_complex`, a high
-`speedPriority` `model_fast`, else `model` (each falling back as in `[agent]`).
+audio where the wire format takes it) in user messages, `tool_use` / `tool_result` content with the
+request's `tools`; `systemPrompt`, `maxTokens` (capped by `max_tokens` in `[sampling]`),
+`temperature`, `stopSequences` and `toolChoice` are honoured (as `RequestSettings`, which each
+provider maps in its own module, like the media parts of user messages); a model that refuses a
+temperature or stop sequences (400: the reasoning models) is asked once more without them, and
+Anthropic's API version 2026-10-21, which refuses any temperature, is sent none. The model: a
+`modelPreferences` hint that names (a part of) a configured model picks it; otherwise a high
+`intelligencePriority` picks `model_complex`, a high `speedPriority` `model_fast`, else `model`
+(each falling back as in `[agent]`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import secrets
 from dataclasses import dataclass, replace
 from typing import Literal, Self
 
@@ -34,9 +34,11 @@ from omega_mcp.errors import ProviderError, ProviderHTTPError
 from omega_mcp.messages import (
     AssistantMessage,
     AssistantPart,
+    AudioPart,
     ImagePart,
     Message,
     ModelResponse,
+    RequestSettings,
     ResultPart,
     TextPart,
     ToolCallPart,
@@ -44,18 +46,11 @@ from omega_mcp.messages import (
     ToolResultsMessage,
     ToolSpec,
     UserMessage,
+    UserPart,
     decoded_size,
 )
-from omega_mcp.providers import RetryPolicy, create_provider
+from omega_mcp.providers import RetryPolicy, create_provider, media_problem
 from omega_mcp.proxy.client_requests import SamplingAnswer
-from omega_mcp.proxy.sampling_wire import (
-    MEDIA_PROVIDERS,
-    OPTIONS,
-    Block,
-    SamplingHTTPClient,
-    WireOptions,
-    audio_problem,
-)
 
 __all__ = ["REFUSED", "ProviderSampler", "SamplingSettings", "choose_model"]
 
@@ -130,7 +125,7 @@ class ProviderSampler:
         self.problem = problem
         self._retry = retry
         timeout = httpx2.Timeout(600.0, connect=30.0)
-        self._client = SamplingHTTPClient(transport=transport, timeout=timeout, trust_env=transport is None)
+        self._client = httpx2.AsyncClient(transport=transport, timeout=timeout, trust_env=transport is None)
 
     @property
     def always(self) -> bool:
@@ -157,7 +152,7 @@ class ProviderSampler:
                 f'[sampling] of servers.toml (allow = ["{server_name}"])',
             )
         try:
-            messages, media = _to_neutral(params, settings.provider)
+            messages = _to_neutral(params, settings.provider)
         except ValueError as exc:
             message = f"omega's {settings.provider} provider cannot take this request from server {server_name}: {exc}"
             logger.info("sampling: %s", message)
@@ -169,7 +164,7 @@ class ProviderSampler:
         temperature = params.temperature
         if settings.provider == "anthropic" and (settings.anthropic_version or "") >= _NO_TEMPERATURE_VERSION:
             temperature = None  # that API version answers 400 to any temperature
-        options = WireOptions(settings.provider, temperature, tuple(params.stop_sequences or ()), choice, media)
+        request = RequestSettings(temperature, tuple(params.stop_sequences or ()), choice)
         provider = create_provider(
             settings.provider,
             api_key=settings.api_key,
@@ -180,21 +175,19 @@ class ProviderSampler:
             max_tokens=max_tokens,
         )
 
-        async def ask(options: WireOptions) -> ModelResponse:
-            token = OPTIONS.set(options)
-            try:
-                return await provider.request(model=model, system=params.system_prompt, messages=messages, tools=tools)
-            finally:
-                OPTIONS.reset(token)
+        async def ask(request: RequestSettings) -> ModelResponse:
+            return await provider.request(
+                model=model, system=params.system_prompt, messages=messages, tools=tools, settings=request
+            )
 
         try:
             try:
-                response = await ask(options)
+                response = await ask(request)
             except ProviderHTTPError as exc:
                 if (
                     exc.status_code != 400
                     or not _REJECTED.search(str(exc))
-                    or not (temperature is not None or options.stop)
+                    or not (temperature is not None or request.stop)
                 ):
                     raise
                 # Reasoning models refuse a temperature or stop sequences: the answer matters more.
@@ -204,7 +197,7 @@ class ProviderSampler:
                     settings.provider,
                     model,
                 )
-                response = await ask(replace(options, temperature=None, stop=()))
+                response = await ask(replace(request, temperature=None, stop=()))
         except ProviderError as exc:
             logger.warning("sampling for server %s failed (%s %s): %s", server_name, settings.provider, model, exc)
             text = f"omega's {settings.provider} provider could not answer the request of server {server_name}: {exc}"
@@ -230,19 +223,15 @@ class ProviderSampler:
 # -- MCP sampling messages <-> neutral messages -----------------------------------------------
 
 
-def _to_neutral(
-    params: types.CreateMessageRequestParams, provider: str
-) -> tuple[list[Message], dict[str, list[Block]]]:
-    """The conversation as neutral messages, and the media of user messages by placeholder text.
+def _to_neutral(params: types.CreateMessageRequestParams, provider: str) -> list[Message]:
+    """The conversation as neutral messages (media in user messages as their parts, in order).
 
     Raises:
         ValueError: content the provider cannot take, or tool content out of place.
     """
     messages: list[Message] = []
-    media: dict[str, list[Block]] = {}
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results
-    nonce = secrets.token_hex(8)
-    for index, message in enumerate(params.messages):
+    for message in params.messages:
         blocks = message.content_as_list
         if message.role == "assistant":
             messages.append(AssistantMessage(tuple(_assistant_part(block, names) for block in blocks)))
@@ -253,22 +242,29 @@ def _to_neutral(
                 raise ValueError("a user message with tool_result content may hold nothing else")
             messages.append(ToolResultsMessage(tuple(_tool_result(r, names) for r in results)))
             continue
-        plain: list[Block] = []
-        for block in blocks:
-            if isinstance(block, types.ToolUseContent):
-                raise ValueError("tool_use content belongs in an assistant message")
-            if isinstance(block, types.ImageContent) and "image" not in MEDIA_PROVIDERS.get(provider, ()):
-                raise ValueError(f"the {provider} provider takes no images")
-            if isinstance(block, types.AudioContent) and (problem := audio_problem(provider, block.mime_type)):
-                raise ValueError(problem)
-            plain.append(block)  # pyright: ignore[reportArgumentType]  (tool content was ruled out above)
-        if all(isinstance(block, types.TextContent) for block in plain):
-            messages.append(UserMessage("\n\n".join(b.text for b in plain if isinstance(b, types.TextContent))))
-        else:
-            placeholder = f"omega-sampling-media-{nonce}-{index}"
-            media[placeholder] = plain
-            messages.append(UserMessage(placeholder))
-    return messages, media
+        messages.append(UserMessage.of(tuple(_user_part(block, provider) for block in blocks)))
+    return messages
+
+
+def _user_part(block: types.SamplingMessageContentBlock, provider: str) -> UserPart:
+    match block:
+        case types.TextContent():
+            return TextPart(block.text)
+        case types.ImageContent():
+            return _checked(ImagePart(block.mime_type, block.data), provider)
+        case types.AudioContent():
+            return _checked(AudioPart(block.mime_type, block.data), provider)
+        case types.ToolUseContent():
+            raise ValueError("tool_use content belongs in an assistant message")
+        case types.ToolResultContent():
+            raise ValueError("a user message with tool_result content may hold nothing else")
+
+
+def _checked(part: ImagePart | AudioPart, provider: str) -> ImagePart | AudioPart:
+    problem = media_problem(provider, part)
+    if problem is not None:
+        raise ValueError(problem)
+    return part
 
 
 def _assistant_part(block: types.SamplingMessageContentBlock, names: dict[str, str]) -> AssistantPart:

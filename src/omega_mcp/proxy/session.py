@@ -32,7 +32,6 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from omega_mcp.loglevels import ROUTED, python_level
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.proxy.bounds import too_large
 from omega_mcp.proxy.client_requests import CALLER, Caller, ServerRequests
 from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link, open_primary
@@ -45,6 +44,7 @@ from omega_mcp.proxy.rounds import answer_rounds, without_modern_fields
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.proxy.stdio import StdioTransport
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["DownstreamSession"]
 
@@ -147,7 +147,7 @@ class DownstreamSession(AsyncContextManagerMixin):
         return self._link.server_info if self._link is not None else None
 
     @property
-    def pipes(self) -> tuple[PipeReader, PipeWriter] | None:
+    def pipes(self) -> tuple[PipeReader[Any], PipeWriter[Any]] | None:
         """The primary link's raw pipes (a stdio server), or None."""
         return self._link.pipes if self._link is not None else None
 
@@ -159,7 +159,7 @@ class DownstreamSession(AsyncContextManagerMixin):
             return self._second if link.handshake_too else None
         return link
 
-    def pipes_for(self, modern: bool) -> tuple[PipeReader, PipeWriter] | None:
+    def pipes_for(self, modern: bool) -> tuple[PipeReader[Any], PipeWriter[Any]] | None:
         """The raw pipes a client of that era's `tools/call` goes to now (None: not a stdio link, or not open)."""
         return link.pipes if (link := self._link_for(modern)) is not None else None
 

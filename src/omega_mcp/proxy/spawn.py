@@ -7,12 +7,12 @@ as `eras.py` asks them, and both sides load in parallel. The first connection at
 server then `adopt()`s its process and picks up the answers (see `connect.py`); later attempts
 (restarts) spawn afresh. Nothing here imports the SDK.
 Processes nobody adopted are killed when the `EarlyStarts` closes. Every server starts through
-`sandbox/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
+`sandbox/child/deathsig.py` (PR_SET_PDEATHSIG, then exec), so it dies even when omega is SIGKILLed.
 Env: the SDK's default inherited variables (`INHERITED_ENV`, checked against the SDK by a test),
 `PASSED_ENV` and `LC_*`, `PYTHONSAFEPATH=1`, the server's `env`, and omega's marker (`recursion.MARKER`).
 With a `LaunchGuard` (`sandbox/untrusted.py`) a server starts in `$OMEGA_HOME/servers/NAME` unless
-its `cwd` says otherwise, never from a write root, and with no write root on its `PATH`: at every
-start, early or a restart.
+its `cwd` says otherwise, never unconfined from a write root, and with no write root on its `PATH`:
+at every start, early or a restart.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ MODERN_VERSION = "2026-07-28"
 """The newest 2026-era protocol version (the SDK's LATEST_MODERN_VERSION)."""
 EARLY_IDS = {"discover": "omega-early-discover", "initialize": "omega-early-initialize"}
 """The request ids of what an early start asks, by what it asks."""
-_DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "deathsig.py"
+_DEATHSIG = Path(__file__).resolve().parent.parent / "sandbox" / "child" / "deathsig.py"
 """The launcher every server starts through, so that it dies with omega (see `spawn`)."""
 
 Key = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], str | None, object]
@@ -148,15 +148,31 @@ def _check_cwd(cwd: str | Path | None) -> None:
 
 
 def launch_problem(
-    guard: LaunchGuard, server_name: str, command: str, env: Mapping[str, str] | None, cwd: str | Path | None
+    guard: LaunchGuard,
+    server_name: str,
+    command: str,
+    env: Mapping[str, str] | None,
+    cwd: str | Path | None,
+    *,
+    args: Sequence[str] = (),
+    confined: bool = False,
 ) -> str | None:
-    """Why `guard` refuses this server (its `cwd` or program in a write root), or None; `cwd` None is the default."""
+    """Why `guard` refuses this server (its launch reaches into a write root and it would run unconfined,
+    or a planted `node_modules` lies above its cwd), or None; `cwd` None is the default."""
     where = Path(cwd) if cwd is not None else guard.default_cwd(server_name)
     try:
         program = _program(command, default_environment(env), where)
     except OSError:
         program = command  # not found (yet): the start reports that; a path is still judged as written
-    return guard.problem(server_name, os.path.join(where, program), where, cwd_configured=cwd is not None)
+    return guard.problem(
+        server_name,
+        os.path.join(where, program),
+        where,
+        cwd_configured=cwd is not None,
+        args=args,
+        env=env,
+        confined=confined,
+    )
 
 
 def spawn(
@@ -172,10 +188,10 @@ def spawn(
 
     With `confinement` (`sandbox/servers.py`) the server starts through the sandbox trampoline
     instead, in its cwd; the trampoline dies with omega the same way. With `guard` (the guard and the
-    server's name) a `cwd` of None means `$OMEGA_HOME/servers/NAME`, and a server whose cwd or
-    program lies in a write root is refused (PermissionError naming the setting).
+    server's name) a `cwd` of None means `$OMEGA_HOME/servers/NAME`, and an unconfined server whose
+    launch reaches into a write root is refused (PermissionError naming the setting).
 
-    The server runs through the `sandbox/deathsig.py` launcher, so it is SIGKILLed when omega dies,
+    The server runs through the `sandbox/child/deathsig.py` launcher, so it is SIGKILLed when omega dies,
     even by SIGKILL. PR_SET_PDEATHSIG fires when the *thread* that forked the child exits: call this
     from the event-loop (or main) thread, never from a short-lived worker thread. The launcher's
     PDEATHSIG covers the server itself, not its children (npx → node): the process-group kill of a
@@ -188,7 +204,9 @@ def spawn(
     _check_cwd(cwd)  # the configured one (confined or not); omega makes the default one
     if guard is not None:
         launch_guard, server_name = guard
-        problem = launch_problem(launch_guard, server_name, command, env, cwd)
+        problem = launch_problem(
+            launch_guard, server_name, command, env, cwd, args=args, confined=confinement is not None
+        )
         if problem is not None:
             raise PermissionError(errno.EPERM, problem)
         configured = cwd is not None
@@ -283,7 +301,7 @@ class EarlyStarts:
                 continue
             if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
-            confinement = server_policy(config, server_name)
+            confinement = server_policy(config, server_name, guard)
             key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:
                 spawned = spawn(

@@ -6,7 +6,7 @@ pass a transport factory instead (an in-process server's, for one). `tools` are 
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
 `usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
 invalid or missing `inputSchema`, an empty name, a name listed twice, or one that can only run as a
-task, which omega does not implement: README "Tasks") is skipped with a warning instead of taking
+task, which omega does not implement: docs/servers.md, "Transparency") is skipped with a warning instead of taking
 the whole server down.
 """
 
@@ -90,7 +90,7 @@ class DownstreamSpec:
         `problem` is `Config.server_problem(server_name)`: an entry that uses an unset variable keeps
         its unresolved `${VAR}` text and must not be started. `home` is `Config.home`, where the
         OAuth tokens of a server with `auth = "oauth"` live (default: `$OMEGA_HOME`). A stdio server
-        that `guard` refuses (its `cwd` or program in a write root) gets that as its `problem`.
+        that `guard` refuses (unconfined, its launch reaching into a write root) gets that as its `problem`.
         """
         target: Target
         if config.command is not None:
@@ -101,7 +101,15 @@ class DownstreamSpec:
                 cwd=config.cwd,
             )
             if problem is None and guard is not None:
-                problem = launch_problem(guard, server_name, config.command, dict(config.env) or None, config.cwd)
+                problem = launch_problem(
+                    guard,
+                    server_name,
+                    config.command,
+                    dict(config.env) or None,
+                    config.cwd,
+                    args=config.args,
+                    confined=confinement is not None,
+                )
         else:
             assert config.url is not None  # config validation guarantees exactly one transport
             target = config.url
@@ -171,7 +179,7 @@ def specs_from_config(config: Config, guard: LaunchGuard | None = None) -> list[
             name,
             entry,
             problem=config.server_problem(name),
-            confinement=server_policy(config, name),
+            confinement=server_policy(config, name, guard),
             home=config.home,
             guard=guard,
             max_message_mb=config.hub.max_message_mb,

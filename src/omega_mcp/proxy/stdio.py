@@ -4,13 +4,13 @@ It does what the SDK's `stdio_client` does (the server runs in its own process g
 SDK's safe default environment plus the server's `env`, shutdown closes stdin, waits, then
 SIGTERMs and SIGKILLs the group, under a shielded scope with every step bounded; processes are
 started by `spawn.py`, which may have done so before the SDK was even imported), but talks to
-the pipes through `pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
+the pipes through `wire.pipes.PipeReader` / `PipeWriter` (no relay tasks on the hot path) and keeps
 what a supervisor needs: the pid, the exit status and the last lines of stderr, so "server X is
 down" can say why (`decisive_lines`: the error lines among them, not only the last line, which is
 often a hint or where a log went). omega never buffers more than `[hub] max_message_mb` of one
 message. The server's stderr goes to our log, line by line. A crash is noticed by the exit status as
 well as by EOF: a grandchild that inherited stdout can keep the pipe open. An answer longer than `[hub]
-max_message_mb` is dropped as it is read and fails that request only (`oversize.py`); only a long
+max_message_mb` is dropped as it is read and fails that request only (`wire/oversize.py`); only a long
 line that names no request it answers ends the connection.
 """
 
@@ -24,18 +24,20 @@ import subprocess
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from anyio import AsyncContextManagerMixin
 from mcp.client.stdio import StdioServerParameters
 
-from omega_mcp.oversize import Oversize, limit_text, too_large_error
-from omega_mcp.pipes import PipeReader, PipeWriter
+from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.proxy.spawn import EarlyStarts, Spawned, spawn
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group
 from omega_mcp.sandbox.servers import explain_denial, offline_launcher
 from omega_mcp.sandbox.untrusted import LaunchGuard
+from omega_mcp.wire.oversize import Oversize, limit_text, too_large_error
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["StdioTransport"]
 
@@ -71,7 +73,7 @@ class StdioTransport(AsyncContextManagerMixin):
         self._early = early
         self._guard = guard
         self._max_message_bytes = max_message_bytes
-        self._reader: PipeReader | None = None
+        self._reader: PipeReader[Any] | None = None
         self.confinement = confinement
         self.params = params
         self.server_name = server_name
@@ -103,14 +105,16 @@ class StdioTransport(AsyncContextManagerMixin):
         return spawned
 
     @asynccontextmanager
-    async def __asynccontextmanager__(self) -> AsyncGenerator[tuple[PipeReader, PipeWriter]]:
+    async def __asynccontextmanager__(self) -> AsyncGenerator[tuple[PipeReader[Any], PipeWriter[Any]]]:
         spawned = self._spawn()
         # No await between the spawn and the try below: a cancellation there would leak the process.
         process = spawned.process
         self.pid = process.pid
-        reader = self._reader = PipeReader(spawned.stdout, label=self.label, max_message_bytes=self._max_message_bytes)
+        reader = self._reader = PipeReader(
+            spawned.stdout, SESSION_MESSAGES, label=self.label, max_message_bytes=self._max_message_bytes
+        )
         reader.oversize = self._oversized
-        writer = PipeWriter(spawned.stdin, label=self.label)
+        writer = PipeWriter(spawned.stdin, SESSION_MESSAGES, label=self.label)
         try:
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(self._read_stderr, spawned.stderr)
@@ -161,7 +165,7 @@ class StdioTransport(AsyncContextManagerMixin):
         for fd in list(self._open_fds):
             self._close_fd(fd)
 
-    async def _stop(self, process: subprocess.Popen[bytes], reader: PipeReader, writer: PipeWriter) -> None:
+    async def _stop(self, process: subprocess.Popen[bytes], reader: PipeReader[Any], writer: PipeWriter[Any]) -> None:
         """Close stdin, wait for a voluntary exit, then kill the whole group (every step bounded)."""
         if self.overflow is None and (reader.at_eof or process.poll() is not None):
             self.exited_by_itself = True  # it went away before we asked
@@ -186,7 +190,7 @@ class StdioTransport(AsyncContextManagerMixin):
         self.returncode = process.returncode
         return process.returncode is not None
 
-    async def _watch_exit(self, process: subprocess.Popen[bytes], reader: PipeReader) -> None:
+    async def _watch_exit(self, process: subprocess.Popen[bytes], reader: PipeReader[Any]) -> None:
         while process.poll() is None:  # noqa: ASYNC110 - an exit status has no event to wait on
             await anyio.sleep(_EXIT_WATCH_SECONDS)
         self.returncode = process.returncode

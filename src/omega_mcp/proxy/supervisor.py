@@ -14,15 +14,17 @@ change of the exported lists (version counters below; a downstream's list change
 re-list). Each downstream is spoken to in the era it speaks (session.py). Prompts and resources are
 re-exported by the rules in catalog.py (`Downstreams.exports`), resource subscriptions kept by
 subscriptions.py (`resources_updated` delivers the updates); the servers' own requests
-(sampling, elicitation, roots) are routed by client_requests.py.
+(sampling, elicitation, roots) are routed by client_requests.py. While it runs, the SDK's HTTP and
+SSE client transports log at debug level only (`quiet_transport_logs`): omega reports a failed
+connection itself, once, in one line.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self
 
 import anyio
@@ -47,7 +49,6 @@ from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec, specs_from_config
 from omega_mcp.proxy.status import Entry, ServerState, ServerStatus, down_message, lost_state, status_of
-from omega_mcp.proxy.streams import quiet_transport_logs
 from omega_mcp.proxy.subscriptions import Subscriptions, UpdateSink
 from omega_mcp.results import Wire, error_wire
 from omega_mcp.sandbox.untrusted import LaunchGuard
@@ -58,6 +59,31 @@ logger = logging.getLogger(__name__)
 
 _NOTIFY_SECONDS = 2.0
 _SETTLE_MARGIN_SECONDS = 5.0  # how long a wait for a first attempt may outlast its connect timeout
+
+
+class _Demote(logging.Filter):
+    """Turns the SDK client transports' own log records into debug records.
+
+    They log every failed connection attempt as an error with its traceback; omega reports the
+    reason itself, once, in one line ("server X is down: ..."), and retries.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+@contextmanager
+def quiet_transport_logs() -> Generator[None]:
+    """While entered, the SDK's HTTP and SSE client transports log at debug level only."""
+    demote, names = _Demote(), ("mcp.client.sse", "mcp.client.streamable_http")
+    for name in names:
+        logging.getLogger(name).addFilter(demote)
+    try:
+        yield
+    finally:
+        for name in names:
+            logging.getLogger(name).removeFilter(demote)
 
 
 class Downstreams(AsyncContextManagerMixin):
@@ -330,6 +356,10 @@ class Downstreams(AsyncContextManagerMixin):
         entry = self._entries[spec.server_name] = self._entry(spec)
         if self._task_group is not None and spec.enabled and not entry.refused:
             self._task_group.start_soon(self._supervise, entry, name=f"omega downstream {spec.server_name}")
+
+    def respec(self, spec: DownstreamSpec) -> None:
+        """Take a spec that differs from the running one only where no restart is needed (reload.py)."""
+        self._entries[spec.server_name].spec = spec
 
     async def remove(self, server_name: str) -> None:
         """Stop a server (bounded) and take its tools out of the namespace (removed by a reload)."""

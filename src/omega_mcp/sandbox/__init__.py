@@ -6,13 +6,12 @@ secrets neither bash nor `read` may see and of protected names no tool may chang
 matches them, `tracker` binds them for bash and undoes what bash creates there, over `inotify`);
 `world` gives each client session its private /tmp; `environment` scrubs what bash inherits, `probe`
 finds what the kernel can enforce, `launch` plans a confined bash (`mountplan`: binds, pins, covers);
-`zygote` is the pre-forked launcher that applies the plan to every bash command (a session's part
-once, each command's in a fork, `zygote_init`), started and spoken to by `zygote_client` (a command
-is a `confined.ConfinedProcess`), and `exec` the stdlib-only trampoline that applies it in a new
-interpreter, for confined servers and machines without user namespaces (both with `landlock`,
-`mounts`, `private` and `reaper`, a command's PID 1); `processes` starts and kills process groups,
-`deathsig` ties a downstream server's life to omega's, `approvals` holds the one-time write grants
-and `layers` reports every layer on or off. A new confinement layer goes here. Nothing in this
-package imports `mcp`, and nothing is imported here: the zygote and the trampoline run as
-`python -I -S` with their directory on the path.
+`zygote_client` starts and speaks to the bash zygote (a command is a `confined.ConfinedProcess`);
+`processes` starts and kills process groups, `approvals` holds the one-time write grants and `layers`
+reports every layer on or off. `child/` holds what runs as `python -I -S` inside the sandbox's
+processes (stdlib only): the zygote that applies the plan to every bash command, `exec` the
+trampoline for confined servers and machines without user namespaces, their steps (`landlock`,
+`mounts`, `private`, `reaper`) and `deathsig`, which ties a downstream server's life to omega's.
+A new confinement layer goes here. Nothing in this package imports `mcp`, and nothing is imported
+here: the child side runs as `python -I -S` with its directory on the path.
 """

@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 
 from omega_mcp.errors import ToolError
-from omega_mcp.sandbox.zygote import decode
+from omega_mcp.sandbox.child.zygote import decode
 
 __all__ = ["ConfinedProcess", "NotStartedError", "abandon", "started"]
 
@@ -113,6 +113,12 @@ class _PipeStream(ByteReceiveStream):
             if not data:
                 raise anyio.EndOfStream
             return data
+
+    def close(self) -> None:
+        """Close now (nothing awaits this stream: a helper's, whose output is a socket of its own)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
     async def aclose(self) -> None:
         if self._fd >= 0:
@@ -216,6 +222,17 @@ class ConfinedProcess(Process):
             os.killpg(self._pid, signal)
         except ProcessLookupError:
             pass
+
+    def discard(self) -> None:
+        """Kill the command's tree and close every fd now, without waiting (a helper nobody waits for;
+        its PID 1's parent, the zygote's session process, reaps it)."""
+        self.kill()
+        self._stdout.close()
+        if self._channel.fileno() >= 0:
+            self._channel.close()
+        if self._pidfd >= 0:
+            fd, self._pidfd = self._pidfd, -1
+            os.close(fd)
 
     async def aclose(self) -> None:
         try:

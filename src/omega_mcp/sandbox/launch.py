@@ -26,10 +26,10 @@ from pathlib import Path
 
 from omega_mcp.errors import InvalidArgumentsError, SandboxUnavailableError, ToolError
 from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.child.private import UNPRIVILEGED_ID
 from omega_mcp.sandbox.environment import bash_environment
 from omega_mcp.sandbox.mountplan import SOCKET_PLACES, hiding, own_files, protection, real, real_roots, within
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.sandbox.private import UNPRIVILEGED_ID
 
 __all__ = [
     "DEFAULT_MAX_FILE_SIZE_MB",

@@ -48,6 +48,12 @@ def summary(layers: Mapping[str, str]) -> str:
     return "sandbox layers: " + "; ".join(parts)
 
 
+def _no_namespaces(sandbox: Mapping[str, Any]) -> str:
+    """Why bash has no namespaces of its own, as the probe found it (refused, or no mounts in them)."""
+    detail = str(sandbox.get("probe_detail") or "")
+    return f"no usable user namespaces ({detail})" if detail else "user namespaces unavailable"
+
+
 def sandbox_layers(
     policy: SandboxPolicy, sandbox: Mapping[str, Any], servers: Mapping[str, bool] | None = None
 ) -> dict[str, str]:
@@ -60,7 +66,7 @@ def sandbox_layers(
         "landlock": _landlock(sandbox),
         "pid_namespace": "on: every process of a command dies with it"
         if sandbox.get("pid_namespace")
-        else "off: user namespaces unavailable (process groups only)",
+        else f"off: {_no_namespaces(sandbox)} (process groups only)",
         "network_namespace": str(sandbox.get("network_namespace", "off")),
         "unix_sockets_hidden": str(sandbox.get("unix_sockets_hidden", "off")),
         "secrets_hidden": _secrets(policy, sandbox, hidden, confined),
@@ -72,6 +78,7 @@ def sandbox_layers(
         "private_tmp": _private(
             sandbox, "a /tmp per client session under $OMEGA_HOME/tmp, shared with read/write/edit"
         ),
+        "file_tools_in_world": _file_tools(sandbox),
         "private_dev": _private(sandbox, "/dev holds null, zero, full, random, urandom, tty, its own pts and /dev/shm")
         if sandbox.get("private_dev") or not sandbox.get("private_world")
         else "off: this machine cannot mount a private /dev (bash gets no terminal at all)",
@@ -94,6 +101,20 @@ def _private(sandbox: Mapping[str, Any], what: str) -> str:
     if sandbox.get("mode") == "rwx":
         return "off: rwx mode shares the host's"
     return "off: needs a mount namespace (user namespaces unavailable)"
+
+
+def _file_tools(sandbox: Mapping[str, Any]) -> str:
+    alone = "read, write and edit use omega's path checks alone"
+    if sandbox.get("mode") == "rwx":
+        return f"off: rwx mode has no sandbox world ({alone})"
+    if sandbox.get("refusal"):
+        return f"off: bash is refused here ({alone})"
+    if not sandbox.get("private_world"):
+        return f"off: needs user namespaces ({alone})"
+    return (
+        "on: read opens files inside the calling session's sandbox world, where its bash would; "
+        "write and edit keep the path checks in omega's process"
+    )
 
 
 def _protected(policy: SandboxPolicy, sandbox: Mapping[str, Any], confined: bool) -> str:

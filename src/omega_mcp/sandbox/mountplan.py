@@ -6,7 +6,10 @@ and every directory between the outermost enclosing root and it pinned (a bind o
 point cannot be renamed away and recreated). `hiding` lists what to cover: the policy's hidden paths
 that exist and the well-known socket places, and pins every directory between a write root and a
 hidden path inside it, so the secret stays hidden by identity: a rename above it fails (EBUSY)
-instead of moving it out from under its name. Pure path arithmetic and `lexists`.
+instead of moving it out from under its name. `$OMEGA_HOME/state` and `$OMEGA_HOME/run` are made
+(0700) before they are looked for (`own_dirs`), so they are covered whether or not anything was in
+them when the sandbox started: an OAuth token saved later (`omega-mcp login` while `serve` runs) or
+the hub's socket lands under the cover. Otherwise pure path arithmetic and `lexists`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,17 @@ from pathlib import Path
 
 from omega_mcp.sandbox.policy import SandboxPolicy
 
-__all__ = ["SOCKET_PLACES", "hiding", "own_files", "protection", "real", "real_own", "real_roots", "within"]
+__all__ = [
+    "SOCKET_PLACES",
+    "hiding",
+    "own_dirs",
+    "own_files",
+    "protection",
+    "real",
+    "real_own",
+    "real_roots",
+    "within",
+]
 
 SOCKET_PLACES = ("/run/user", "/run/dbus", "/tmp/.X11-unix", "/var/run/docker.sock", "/run/docker.sock")
 """Where host services keep UNIX sockets: covered (outside the roots) whatever /proc/net/unix lists."""
@@ -95,12 +108,26 @@ def protection(
     return unique, tuple(unprotected), warnings
 
 
+def own_dirs(policy: SandboxPolicy, warnings: list[str]) -> None:
+    """Make `$OMEGA_HOME/state` and `$OMEGA_HOME/run` (0700) if missing: a directory that exists is
+    covered, and what appears in it later stays under the cover. A failure is a warning."""
+    for directory in (policy.state_dir, policy.run_dir):
+        if os.path.isdir(directory):
+            continue
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            warnings.append(f"{directory} could not be made ({exc.strerror}): what appears there later is not hidden")
+
+
 def hiding(
     policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str], reals: dict[Path, Path] | None = None
 ) -> tuple[tuple[Path, ...], tuple[tuple[str, Path], ...]]:
-    """(what to cover, pins): the policy's hidden paths and the well-known socket places that exist,
-    and the directories between a write root and a hidden path inside it. A place that holds a write
-    root is not covered (it would hide the root too)."""
+    """(what to cover, pins): the policy's hidden paths and the well-known socket places that exist
+    (`own_dirs` first), and the directories between a write root and a hidden path inside it. A place
+    that holds a write root is not covered (it would hide the root too)."""
+    if policy.mode != "rwx":
+        own_dirs(policy, warnings)
     reals = reals or {}
     real_roots = tuple(reals.get(r) or real(r) for r in roots)
     found: list[Path] = []

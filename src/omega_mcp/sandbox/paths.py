@@ -12,6 +12,9 @@ the real location of the opened fd. A write the user approved outside the roots
 (`sandbox/approvals.py`) is resolved from `/` refusing every symbolic link, so it lands exactly at
 the path the user saw. Reads are unrestricted except `/proc/*/environ` and the token file, checked
 the same two ways, and in sandbox and rx modes the secrets of `SandboxPolicy.hidden` (`~/.ssh`, ...).
+Where the calling session has a sandbox world, `open_readable` has its file worker open the path there
+(`fileworker_client.py`: the kernel resolves it as for that session's bash, so `/proc/<pid>/root` or a
+planted link leads nowhere bash could not go) and only checks the fd here, for the messages.
 All functions here block: call them from a worker thread.
 """
 
@@ -38,6 +41,7 @@ from omega_mcp.sandbox.world import ensure_private_tmp, host_path
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.approvals import Grants
+    from omega_mcp.sandbox.fileworker_client import FileWorker
 
 __all__ = [
     "DEV_NULL",
@@ -391,25 +395,32 @@ def not_regular_message(path: Path, mode: int) -> str:
     return f"not a regular file: {path} is {kind}"
 
 
-def open_readable(policy: SandboxPolicy, path: Path) -> int:
+def _missing(policy: SandboxPolicy, path: Path) -> ToolError:
+    return ToolError(f"file does not exist: {path} (relative paths resolve against the workspace {policy.workspace})")
+
+
+def open_readable(policy: SandboxPolicy, path: Path, worker: FileWorker | None = None) -> int:
     """Open a regular file for reading (symlinks followed; never blocks); returns an O_RDONLY fd.
 
-    The file is first opened O_PATH (no side effects even on devices), checked, then reopened
-    through /proc/self/fd so the checked inode is the one read.
+    With the session's `worker` the file is opened inside the session's sandbox world, where bash
+    would open it (the kernel resolves the path there: `fileworker_client.py`), and only checked
+    here; without one it is first opened O_PATH here (no side effects even on devices), checked,
+    then reopened through /proc/self/fd so the checked inode is the one read.
 
     Raises:
         PathDeniedError: environ, token or state file, or a hidden secret (sandbox, rx).
         ToolError: missing, not a regular file, OS error.
+        WorkerGoneError: the worker died or stopped answering (start another and try again).
     """
     reason = _read_block_reason(policy, path)
     if reason is not None:
         raise PathDeniedError(str(path), reason)
+    if worker is not None:
+        return _open_in_world(policy, path, worker)
     try:
         pfd = os.open(host_path(policy, path), os.O_PATH | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ToolError(
-            f"file does not exist: {path} (relative paths resolve against the workspace {policy.workspace})"
-        ) from None
+        raise _missing(policy, path) from None
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "open")) from None
     try:
@@ -431,6 +442,23 @@ def open_readable(policy: SandboxPolicy, path: Path) -> int:
             raise ToolError(describe_os_error(exc, path, "open")) from None
     finally:
         os.close(pfd)
+
+
+def _open_in_world(policy: SandboxPolicy, path: Path, worker: FileWorker) -> int:
+    try:
+        fd, readable = worker.open(path)
+    except FileNotFoundError:
+        raise _missing(policy, path) from None
+    except OSError as exc:
+        raise ToolError(describe_os_error(exc, path, "open")) from None
+    try:
+        check_read_fd(policy, fd, path)
+        if not readable:
+            raise ToolError(not_regular_message(path, os.fstat(fd).st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def describe_os_error(exc: OSError, path: Path, action: str) -> str:

@@ -1,7 +1,7 @@
 """The sandbox policy: which directories each kind of tool may write, and what is never writable.
 
 Pure data, no I/O beyond `Path` arithmetic: the file tools (`sandbox/paths.py`) enforce it with
-symlink-safe opens, and the bash trampoline (`sandbox/exec.py`) turns it into Landlock rules.
+symlink-safe opens, and the bash trampoline (`sandbox/child/exec.py`) turns it into Landlock rules.
 The blocklist (system directories and omega's own config/state) applies in every mode, so a
 model can never widen its own sandbox or register a new server.
 """
@@ -42,6 +42,7 @@ def interpreter_dirs() -> tuple[Path, ...]:
 
 TOKEN_FILE_NAME = "token"  # noqa: S105 - a file name, not a secret
 STATE_DIR_NAME = "state"
+RUN_DIR_NAME = "run"
 SCRATCH_DIR_NAME = "scratch"
 SERVERS_DIR_NAME = "servers"
 SESSIONS_DIR_NAME = "sessions"
@@ -81,6 +82,9 @@ class SandboxPolicy:
     tools. A server gets a private /tmp and no share of `$OMEGA_HOME/scratch`."""
     read_only: bool = False
     """A confined server that may write nothing but its private /tmp (not even its cwd)."""
+    cwd_read_only: bool = False
+    """A confined server whose cwd lies in a write root of the tools: it runs there but may not write
+    there (what it wrote, `.git/hooks`, `.mcp.json`, would run next outside any sandbox)."""
     protected_names: tuple[str, ...] = field(default_factory=effective_protected)
     """Names read-only for bash and denied to the file tools in every write root (`sandbox/protect.py`:
     the defaults minus `[sandbox] unprotect`, plus `[sandbox] protect`)."""
@@ -176,12 +180,19 @@ class SandboxPolicy:
 
     @property
     def state_dir(self) -> Path:
+        """`$OMEGA_HOME/state`: OAuth tokens and pins, hidden from bash and every confined server always."""
         return self.home / STATE_DIR_NAME
+
+    @property
+    def run_dir(self) -> Path:
+        """`$OMEGA_HOME/run`: the shared hub's socket, hidden from bash and every confined server always."""
+        return self.home / RUN_DIR_NAME
 
     @property
     def protected_paths(self) -> tuple[Path, ...]:
         """omega's own config, state and code: never writable (any mode), token never readable."""
-        paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.servers_dir, self.sessions_dir]
+        paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.run_dir, self.servers_dir]
+        paths.append(self.sessions_dir)
         paths.append(self.quarantine_dir)
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
@@ -201,19 +212,20 @@ class SandboxPolicy:
     def bash_write_roots(self) -> tuple[Path, ...]:
         """Roots bash (or a confined server) may write beneath under the OS sandbox (sandbox and rx modes)."""
         if self.server_name is not None:
-            return (
-                (self.tmp_dir,)
-                if self.read_only
-                else tuple(dict.fromkeys((self.workspace, self.tmp_dir, *self.write_roots)))
-            )
+            if self.read_only:
+                return (self.tmp_dir,)
+            cwd = () if self.cwd_read_only else (self.workspace,)
+            return tuple(dict.fromkeys((*cwd, self.tmp_dir, *self.write_roots)))
         return tuple(dict.fromkeys((self.workspace, self.scratch_dir, self.tmp_dir, *self.write_roots)))
 
     @property
     def own_hidden(self) -> tuple[Path, ...]:
-        """omega's own files no tool may read: its token, state, config files, saved sessions and the
-        sessions' private /tmp directories (the caller's own is reached at `tmp_dir` instead)."""
+        """omega's own files no tool may read: its token, state, run directory (the hub's socket), config
+        files, saved sessions and the sessions' private /tmp directories (the caller's own is reached at
+        `tmp_dir` instead)."""
         configs = [p for p in (self.config_path, self.home / "servers.toml") if p is not None]
-        return (self.token_file, self.state_dir, *configs, self.sessions_dir, self.private_tmp_root, *self.foreign)
+        own = (self.token_file, self.state_dir, self.run_dir, *configs, self.sessions_dir, self.private_tmp_root)
+        return (*own, *self.foreign)
 
     @property
     def hidden_paths(self) -> tuple[Path, ...]:

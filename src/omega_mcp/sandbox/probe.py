@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 FORCE_NO_LANDLOCK_ENV = "OMEGA_FORCE_NO_LANDLOCK"
-TRAMPOLINE = Path(__file__).with_name("exec.py")
+TRAMPOLINE = Path(__file__).parent / "child" / "exec.py"
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import exec;raise SystemExit(exec.main(sys.argv[1:]))"
 TRAMPOLINE_ARGV: tuple[str, ...] = (sys.executable, "-I", "-S", "-c", _BOOTSTRAP, str(TRAMPOLINE.parent))
 """How to start the trampoline: `-S` skips site (fast), so its directory goes on sys.path by hand
@@ -66,12 +66,15 @@ class Support:
 
 
 def _parse(output: str) -> dict[str, tuple[int, str]]:
+    """`key=value [why]` lines -> {key: (value, why)}. A later line for a key wins: the probe says
+    `pidns=1` once the namespaces are entered and `pidns=0 <why>` when a later step fails (the mounts
+    refused inside them, as Ubuntu's AppArmor default gives), so that world is not used."""
     found: dict[str, tuple[int, str]] = {}
     for line in output.splitlines():
         key, _, rest = line.partition("=")
         value, _, why = rest.partition(" ")
         if key and value.lstrip("-").isdigit():
-            found.setdefault(key, (int(value), why))
+            found[key] = (int(value), why)
     return found
 
 

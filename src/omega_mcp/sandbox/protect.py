@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omega_mcp.sandbox.gitdirs import git_reason
+
 if TYPE_CHECKING:
     from omega_mcp.sandbox.policy import SandboxPolicy
 
@@ -109,11 +111,17 @@ def protected_reason(policy: SandboxPolicy, target: Path) -> str | None:
                 base = alias
     parts = target.relative_to(base).parts
     found = names.match(parts)
-    if found is None:
-        return None
-    count, name = found
+    if found is not None:
+        where, name = base.joinpath(*parts[: found[0]]), found[1]
+    else:
+        # A git directory by what it is, whatever its name (a renamed .git, a submodule's, a bare one),
+        # and the directory its core.hooksPath names.
+        by_content = git_reason(target, base, names.names)
+        if by_content is None:
+            return None
+        where, name = by_content
     return (
-        f"{base.joinpath(*parts[:count])} is protected ({name}): what a model writes there runs later outside "
+        f"{where} is protected ({name}): what a model writes there runs later outside "
         "the sandbox (an MCP client's servers, an editor's tasks, git's config and hooks), so no tool may "
         "change it, in any mode; edit it yourself, or list it in [sandbox] unprotect"
     )

@@ -6,9 +6,11 @@ lets it write only its cwd (`$OMEGA_HOME/servers/NAME` unless `cwd` is set), a p
 caches its launcher needs (`LAUNCHER_CACHES`) and its declared `write_roots` (with `read_only`,
 nothing but its /tmp), its own empty network namespace unless `network = true`, and the same hidden
 paths as bash plus its own `hide`, minus `unhide` (omega's token and state always, and the other
-servers' directories). Signals and abstract sockets are scoped by Landlock, and the host's pathname
-UNIX sockets outside its roots are covered. `explain_denial` turns the last words of a server that
-died under confinement into the setting to relax. Nothing here knows MCP.
+servers' directories). A server whose launch reaches into a write root is confined whatever
+`[sandbox] servers` says (`server_policy` with a guard: `sandbox/untrusted.py`). Signals and abstract
+sockets are scoped by Landlock, and the host's pathname UNIX sockets outside its roots are covered.
+`explain_denial` turns the last words of a server that died under confinement into the setting to
+relax. Nothing here knows MCP.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from omega_mcp.config import Config, SandboxConfig, ServerConfig
+from omega_mcp.config import Config, SandboxConfig, ServerConfig, ServerSandboxConfig
 from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, tilde
 from omega_mcp.sandbox.launch import confined_argv
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.untrusted import LaunchGuard
 
 __all__ = [
     "LAUNCHERS",
@@ -33,6 +36,7 @@ __all__ = [
     "explain_denial",
     "moved_caches",
     "offline_launcher",
+    "reaches",
     "server_argv",
     "server_dir",
     "server_environment",
@@ -82,11 +86,21 @@ def server_environment(policy: SandboxPolicy, environment: Mapping[str, str]) ->
     return {**environment, **private}
 
 
-def server_policy(config: Config, name: str) -> SandboxPolicy | None:
-    """The sandbox of `[servers.NAME]`, or None when it runs unconfined (or is a remote server)."""
+def server_policy(config: Config, name: str, guard: LaunchGuard | None = None) -> SandboxPolicy | None:
+    """The sandbox of `[servers.NAME]`, or None when it runs unconfined (or is a remote server).
+
+    With `guard`, a server whose launch reaches into a write root (`LaunchGuard.reach`) is confined
+    even where `[sandbox] servers = "none"`; with `sandbox = "none"` on it, it stays None here and the
+    guard refuses to start it. A `cwd` inside a write root is read-only for the server (it writes its
+    own directory, /tmp and its `write_roots`): what it wrote there would run next unconfined.
+    """
     entry = config.servers[name]
+    if entry.command is None:
+        return None
     settings = entry.confinement(config.sandbox.servers)
-    if settings is None or entry.command is None:
+    if settings is None and entry.sandbox != "none" and guard is not None and reaches(guard, name, entry):
+        settings = ServerSandboxConfig()
+    if settings is None:
         return None
     base = config.path.parent if config.path is not None else None
     sandbox = config.sandbox
@@ -112,12 +126,26 @@ def server_policy(config: Config, name: str) -> SandboxPolicy | None:
         hidden=tuple(dict.fromkeys((*hidden, *others, *configs))),
         server_name=name,
         read_only=settings.read_only,
+        cwd_read_only=entry.cwd is not None and guard is not None and guard.writable_root(entry.cwd) is not None,
     )
 
 
-def confined_servers(config: Config) -> dict[str, bool]:
-    """Each stdio server of `config`, in order: whether it runs confined."""
-    return {n: _confined(s, config.sandbox) for n, s in config.servers.items() if s.command is not None}
+def reaches(guard: LaunchGuard, name: str, entry: ServerConfig) -> bool:
+    """Whether the launch of stdio server `name` reaches into one of `guard`'s write roots."""
+    assert entry.command is not None
+    cwd = entry.cwd if entry.cwd is not None else guard.default_cwd(name)
+    program = guard.program_path(entry.command, entry.env, cwd)
+    return guard.reach(program, cwd, cwd_configured=entry.cwd is not None, args=entry.args, env=entry.env) is not None
+
+
+def confined_servers(config: Config, guard: LaunchGuard | None = None) -> dict[str, bool]:
+    """Each stdio server of `config`, in order: whether it runs confined (with `guard`: also those
+    confined because their launch reaches into a write root)."""
+    return {
+        n: _confined(s, config.sandbox) or (guard is not None and server_policy(config, n, guard) is not None)
+        for n, s in config.servers.items()
+        if s.command is not None
+    }
 
 
 def _confined(entry: ServerConfig, sandbox: SandboxConfig) -> bool:

@@ -1,8 +1,9 @@
 """Protected names in the write roots, tracked across bash calls: what to bind, and what to undo.
 
-`ProtectedTree` knows every protected entry (`protect.Matcher`) at any depth of bash's write roots
-(the workspace and `write_roots`; the private /tmp and `$OMEGA_HOME/scratch` are bash's own and run
-nothing outside). Directories are looked at again only when they changed: inotify says which
+`ProtectedTree` knows every protected entry (`protect.Matcher`, and each git directory's config and
+hooks found by what the directory is, plus its core.hooksPath directory: `gitdirs.py`) at any depth
+of bash's write roots (the workspace and `write_roots`; the private /tmp and `$OMEGA_HOME/scratch`
+are bash's own and run nothing outside). Directories are looked at again only when they changed: inotify says which
 (`inotify.py`); a directory it cannot watch is compared by mtime. A bash run `begin`s (the existing
 entries become its read-only binds), may be `check`ed while it runs (a background shell's
 `bash_output`) and `end`s; each look undoes every entry that appeared or was replaced while a run
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omega_mcp.sandbox.gitdirs import GIT_DIR_PROTECTED, HOOKS_PATH, is_git_dir, work_tree_hooks
 from omega_mcp.sandbox.inotify import OVERFLOW, Watcher
 from omega_mcp.sandbox.protect import Matcher, git_config_problem, hooks_problem
 
@@ -103,6 +105,12 @@ class ProtectedTree:
         self._unwatched: set[str] = set()
         """Directories inotify does not watch (no inotify, or its limit reached): compared by mtime."""
         self._runs: set[Run] = set()
+        self._git_names = {k: v for k, v in GIT_DIR_PROTECTED.items() if v in self.matcher.names}
+        """The entries of a git directory found by content (`gitdirs.is_git_dir`) that are protected."""
+        self._hooks: set[str] = set()
+        """The directories a repository's core.hooksPath names (protected like .git/hooks)."""
+        self._again: set[str] = set()
+        """Cached directories to list again: a hooksPath directory below them was just learnt."""
         self._lock = threading.Lock()
         self._watcher = Watcher()
         self._first = True
@@ -239,6 +247,7 @@ class ProtectedTree:
             self._first = False
             for root in self.roots:
                 self._visit(root, (), None, force=True)
+            self._visit_again()
             return
         changed = self._watcher.changed()
         if OVERFLOW in changed:
@@ -250,6 +259,26 @@ class ProtectedTree:
             directory = self._dirs.get(path)
             if directory is not None:
                 self._visit(path, directory.parts, directory, force=path in changed)
+        self._visit_again()
+
+    def _visit_again(self) -> None:
+        while self._again and not self._closing:
+            path = self._again.pop()
+            directory = self._dirs.get(path)
+            if directory is not None:
+                self._visit(path, directory.parts, directory, force=True)
+
+    def _learn_hooks(self, path: str, names: set[str]) -> None:
+        """Note the core.hooksPath directory of the repository `path` is the work tree of (or is)."""
+        if ".git" not in names and not is_git_dir(names):
+            return
+        hooks = work_tree_hooks(path, names)
+        if hooks is None or hooks in self._hooks or not self._in_roots(hooks):
+            return
+        self._hooks.add(hooks)
+        parent = os.path.dirname(hooks)
+        if parent != path and parent in self._dirs:
+            self._again.add(parent)  # listed before the name was known: list it again
 
     def _visit(self, path: str, parts: tuple[str, ...], cached: _Dir | None, *, force: bool) -> None:
         todo: list[tuple[str, tuple[str, ...], _Dir | None]] = [(path, parts, cached)]
@@ -276,8 +305,17 @@ class ProtectedTree:
                 self._drop(path)
                 continue
             directory = _Dir(stamp, parts)
+            names = {entry.name for entry in entries}
+            git_dir = bool(self._git_names) and is_git_dir(names)
+            if ".git/hooks" in self.matcher.names:
+                self._learn_hooks(path, names)
             for entry in entries:
                 child = os.path.join(path, entry.name)
+                by_content = self._git_names.get(entry.name) if git_dir else None
+                if by_content is None and child in self._hooks:
+                    by_content = HOOKS_PATH
+                if by_content is not None and self._record(directory, entry, child, by_content, True):
+                    continue  # a git directory's config or hooks whatever its name, a hooksPath directory
                 if self.matcher.relevant(entry.name):
                     found = self.matcher.entry(parts, entry.name)
                     if found is not None and self._record(directory, entry, child, *found):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omega_mcp.sandbox import probe, zygote_client
+from omega_mcp.sandbox import fileworker_client, probe, zygote_client
 from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["Worlds", "ensure_private_tmp", "host_path", "remove_tree"]
@@ -152,6 +152,7 @@ class Worlds:
         if directory is None:
             return None
         zygote_client.forget(directory)  # the bash zygote's session of this /tmp ends too
+        fileworker_client.forget(directory)  # and so does the file tools' worker
         return directory if os.path.lexists(directory) else None
 
     def close_all(self) -> None:
@@ -165,6 +166,7 @@ class Worlds:
     def discard(policy: SandboxPolicy) -> None:
         if policy.private_tmp is not None:
             zygote_client.forget(policy.private_tmp)  # the bash zygote's session of this /tmp ends too
+            fileworker_client.forget(policy.private_tmp)  # and so does the file tools' worker
             remove_tree(policy.private_tmp)
 
     @staticmethod

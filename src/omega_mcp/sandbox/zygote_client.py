@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 import anyio
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
-from omega_mcp.sandbox import exec as trampoline
 from omega_mcp.sandbox import probe
+from omega_mcp.sandbox.child import exec as trampoline
+from omega_mcp.sandbox.child.zygote import MAX_REQUEST_BYTES, encode
 from omega_mcp.sandbox.confined import GONE_SECONDS, ConfinedProcess, NotStartedError, abandon, started
-from omega_mcp.sandbox.zygote import MAX_REQUEST_BYTES, encode
 
 if TYPE_CHECKING:
     from omega_mcp.sandbox.launch import BashLaunch
@@ -49,7 +49,7 @@ __all__ = ["MAX_SESSIONS", "START_SECONDS", "forget", "launcher_pid", "prestart"
 MAX_SESSIONS = 32
 """Sessions kept open at once; the least recently used beyond this are closed."""
 
-_ZYGOTE = Path(__file__).with_name("zygote.py")
+_ZYGOTE = Path(__file__).parent / "child" / "zygote.py"
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import zygote;raise SystemExit(zygote.main(sys.argv[1:]))"
 _PATH_OPTIONS = frozenset({"--pin", "--protect", "--hide", "--rw", "--dev", "--tmp-source", "--private-tmp"})
 START_SECONDS = 60.0
@@ -365,8 +365,10 @@ async def _send(sock: socket.socket, body: bytes, fds: list[int]) -> None:
             raise NotStartedError(f"the sandbox launcher is gone ({exc.strerror or exc})") from None
 
 
-async def start(launch: BashLaunch) -> ConfinedProcess:
-    """Run `launch` (its options, program, env and cwd) through the zygote.
+async def start(launch: BashLaunch, io: socket.socket | None = None) -> ConfinedProcess:
+    """Run `launch` (its options, program, env and cwd) through the zygote; with `io`, a socket, the
+    program's stdout and stderr are that socket (a helper omega talks to, `fileworker_client.py`) and
+    the process's `stdout` reads nothing.
 
     Raises:
         SandboxUnavailableError: no sandbox launcher can be started, it keeps dying, or it does not start
@@ -396,7 +398,7 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
                     zygote.broken = True  # its socket failed: a new one is started
                     continue
                 try:
-                    return await _run(session, body)
+                    return await _run(session, body, io)
                 except NotStartedError as exc:
                     why = str(exc)
                     with _lock:
@@ -419,14 +421,14 @@ async def start(launch: BashLaunch) -> ConfinedProcess:
     )
 
 
-async def _run(session: _Session, body: bytes) -> ConfinedProcess:
+async def _run(session: _Session, body: bytes, io: socket.socket | None) -> ConfinedProcess:
     channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before the command can say its pid
     channel.setblocking(False)
     out_r, out_w = os.pipe()
     try:
         try:
-            await _send(session.sock, body, [theirs.fileno(), out_w])
+            await _send(session.sock, body, [theirs.fileno(), out_w if io is None else io.fileno()])
         finally:
             theirs.close()
             os.close(out_w)

@@ -10,6 +10,11 @@ multiplies its tools' scores. A tool whose name words are all in the query gets 
 expand the query at a reduced weight. Each hit carries a confidence: the idf-weighted share of the
 query's own words that it matches (a word no tool has counts fully against it), which is how "no
 tool fits" is told from a weak fit.
+Servers are ranked too (`rank_servers`): a server is one document of all its tools (each query word
+at its rarity among servers times its best impact in any of the server's tools), plus its best
+tools' scores; for a task (a query of more than `task_words` words) the tools of the servers that
+cover most of it are lifted, so the answer shows the best tools of the best servers. Above
+`_LARGE_CATALOG` tools a long query walks only its rarest words; the others re-rank the candidates.
 A segment per server keeps re-indexing cheap: when one server's tools change only its segment is
 rebuilt, and the others are re-weighted (not re-tokenized) only if the average field lengths drifted.
 Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocument`s.
@@ -48,6 +53,10 @@ _COMMON_SYNONYM = 0.03
 _COMMON_WORD = 0.08
 _COMMON_FLOOR = 300
 _SHORTLIST = 200
+_WALKED_WORDS = 8  # above _LARGE_CATALOG tools, at most this many words of a query walk their postings
+_LARGE_CATALOG = 2000
+_SERVER_EVIDENCE = 50  # the best tools whose scores add to their servers'
+_SERVER_DECAY = 0.5  # a server's k-th best tool adds this to the power k of its score
 
 
 def _idf(n: int, df: int) -> float:
@@ -77,7 +86,7 @@ class Weights:
     fields: tuple[float, ...] = (3.0, 1.5, 2.0, 1.5, 0.3, 0.8, 0.6, 0.3)
     b: tuple[float, ...] = (0.5, 0.0, 0.5, 0.6, 0.75, 0.5, 0.75, 0.0)
     k1: float = 1.2
-    synonym: float = 0.35
+    synonym: float = 0.2
     """A synonym's weight relative to the query word it came from."""
     server_boost: float = 0.6
     """Tools of a server the query names score this much more (times)."""
@@ -86,6 +95,11 @@ class Weights:
     weak_match: float = 0.4
     """How much a query word found only in the long fields (description body, parameters) counts
     towards confidence, against 1 in the name, server, title or first sentence."""
+    server_tools: float = 1.0
+    """How much a server's best tools add to its score (against 1 for its coverage of the query)."""
+    server_lift: float = 1.0
+    """For a task (a query of more than `task_words` words): how much its best servers lift their tools."""
+    task_words: int = 4
     unseen: float = 1.0
     """How much a query word no tool has counts against confidence (times the highest idf)."""
 
@@ -147,6 +161,8 @@ class _Segment:
     length_sums: tuple[int, ...]
     impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
     """term → the impact of each of its documents (as in `counts`) for the current field averages."""
+    best: dict[str, float] = field(default_factory=dict[str, float])
+    """term → its highest impact in this segment: how well the server as a whole covers the term."""
     base: int = 0
     """The global number of its first document (documents are numbered in segment order)."""
 
@@ -295,9 +311,11 @@ class SearchIndex:
                 append(found)
             impacts[word] = array("d", values)
         segment.impacts = impacts
+        segment.best = {word: max(values) for word, values in impacts.items()}
 
-    def search(self, query: str, limit: int = 5) -> list[Hit]:
+    def search(self, query: str, limit: int = 5, *, builtins: bool = False) -> list[Hit]:
         """The best `limit` tools for `query`, best first; tools matching no query word are left out.
+        With `builtins`, the built-ins (server None) that match follow, wherever they rank.
 
         Speed on large catalogs: a synonym held by more than `_COMMON_SYNONYM` of the tools is not
         used, and a query word held by more than `_COMMON_WORD` of them (when rarer words exist) only
@@ -309,18 +327,17 @@ class SearchIndex:
         w = self.weights
         n = self._count
         dfs = self._dfs
-        weights: dict[str, float] = {}
-        for word in primary:
-            weights[word] = weights.get(word, 0.0) + 1.0
-        for word in expansions(primary):
-            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
-                weights[word] = max(weights.get(word, 0.0), w.synonym)
+        weights = self._query_weights(primary)
         idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
         common = max(_COMMON_WORD * n, _COMMON_FLOOR)
         walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
         later = [word for word in weights if dfs.get(word, 0) > common]
         if not walked:
             walked, later = later, []
+        if n > _LARGE_CATALOG and len(walked) > _WALKED_WORDS:
+            # A long task over a large catalog: the rarest words find the candidates, the others re-rank them.
+            walked.sort(key=lambda word: (dfs[word], word))
+            walked, later = walked[:_WALKED_WORDS], [*walked[_WALKED_WORDS:], *later]
         scores = [0.0] * n
         for word in walked:
             factor = weights[word] * idfs[word]
@@ -358,10 +375,106 @@ class SearchIndex:
             extra[number] = extra.get(number, 0.0) + w.name_bonus * covered * covered
         for number, more in extra.items():
             scores[number] *= 1.0 + more
-        best = heapq.nlargest(limit, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        lift = w.server_lift and len(set(primary)) > w.task_words
+        wanted = max(_SHORTLIST, 4 * limit) if lift else limit
+        best = heapq.nlargest(wanted, zip(map(scores.__getitem__, touched), map(operator.neg, touched), strict=True))
+        if lift:
+            best = heapq.nlargest(limit, self._server_lift(best, weights))
+        if builtins and None in self._segments:
+            # The built-ins that matched, wherever they rank: the caller may lift them (toolsearch).
+            chosen = {-negated for _, negated in best}
+            own = self._segments[None]
+            for number in range(own.base, own.base + len(own.documents)):
+                if scores[number] and number not in chosen:
+                    best.append((scores[number], -number))
         unseen = _idf(n, 0) * w.unseen
         total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
         return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
+
+    def _query_weights(self, primary: list[str]) -> dict[str, float]:
+        """Each query word at weight 1 (more if repeated), its synonyms the index has at `synonym`."""
+        n, dfs = self._count, self._dfs
+        weights: dict[str, float] = {}
+        for word in primary:
+            weights[word] = weights.get(word, 0.0) + 1.0
+        for word in expansions(primary):
+            if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
+                weights[word] = max(weights.get(word, 0.0), self.weights.synonym)
+        return weights
+
+    def rank_servers(self, query: str, limit: int = 5) -> list[tuple[str | None, float]]:
+        """The servers best fitting `query`, best first, with their scores (None: the built-ins).
+
+        A server is scored as one document of all its tools: each query word counts with its rarity
+        among the servers times its best impact in any of the server's tools, so a server covering
+        several steps of a task (each in another tool) outranks one whose single tool repeats a word;
+        then its best tools' scores add to it (a tool's evidence is its server's, with a decay), and a
+        server the query names is boosted as its tools are.
+        """
+        primary = terms(query)
+        if not primary or limit <= 0 or not self._count:
+            return []
+        coverage, holders_of = self._coverage(self._query_weights(primary))
+        if not coverage:
+            return []
+        evidence: dict[int, list[float]] = {}
+        for hit in self.search(query, _SERVER_EVIDENCE):
+            segment = self._segments[hit.document.server]
+            evidence.setdefault(id(segment), []).append(hit.score)
+        top_cover = max(coverage.values()) or 1.0
+        top_tool = max((s[0] for s in evidence.values()), default=0.0) or 1.0
+        named = frozenset(primary)
+        ranked: list[tuple[float, int, str | None]] = []
+        for key, cover in coverage.items():
+            segment = holders_of[key]
+            tools = sum(score * _SERVER_DECAY**rank for rank, score in enumerate(evidence.get(key, ())))
+            score = cover / top_cover + self.weights.server_tools * tools / top_tool
+            if segment.server_terms and segment.server_terms <= named:
+                score *= 1.0 + self.weights.server_boost
+            ranked.append((score, -segment.base, segment.server))
+        best = heapq.nlargest(limit, ranked)
+        return [(server, score) for score, _, server in best]
+
+    def _coverage(
+        self, weights: Mapping[str, float], among: Mapping[int, _Segment] | None = None
+    ) -> tuple[dict[int, float], dict[int, _Segment]]:
+        """Each server's coverage of the query words (by `id` of its segment), as one document; only of
+        the segments `among` when given (a shortlist's)."""
+        total = len(self._segments)
+        coverage: dict[int, float] = {}
+        holders_of: dict[int, _Segment] = {}
+        for word, weight in weights.items():
+            holders = self._by_term.get(word)
+            if not holders:
+                continue
+            idf = _idf(total, len(holders))
+            if among is not None:
+                for key, segment in among.items():
+                    best = segment.best.get(word)
+                    if best is not None:
+                        coverage[key] = coverage.get(key, 0.0) + weight * idf * best
+                continue
+            for segment in holders:
+                key = id(segment)
+                holders_of[key] = segment
+                coverage[key] = coverage.get(key, 0.0) + weight * idf * segment.best[word]
+        return coverage, holders_of
+
+    def _server_lift(self, best: list[tuple[float, int]], weights: Mapping[str, float]) -> list[tuple[float, int]]:
+        """A task's tools: those of the servers covering most of it rank higher (the best tools of the
+        best servers), each (score, -number) of the shortlist `best` with its score times 1 +
+        `server_lift` x its server's share of the best coverage."""
+        segments = {id(segment): segment for segment in (self._locate(-negated)[0] for _, negated in best)}
+        coverage, _ = self._coverage(weights, segments)
+        top = max(coverage.values(), default=0.0)
+        if top <= 0.0:
+            return best
+        lift = self.weights.server_lift
+        lifted: list[tuple[float, int]] = []
+        for score, negated in best:
+            segment, _ = self._locate(-negated)
+            lifted.append((score * (1.0 + lift * coverage.get(id(segment), 0.0) / top), negated))
+        return lifted
 
     def _server_extra(self, scores: list[float], named: frozenset[str]) -> dict[int, float]:
         """The hierarchy: the tools of a server whose key's words are all in the query (`google maps`)."""

@@ -9,7 +9,10 @@ the profile does not permit is, to that client, an unknown tool (the same JSON-R
 only its own tools), absent from its tools/list and its search results. Every other client's own
 workspace, and the hub's when the client has one of its own, is foreign to it: never writable by
 its tools and hidden from them (`SandboxPolicy.foreign`; not in rwx mode, which confines nothing).
-The hub's own token, and stdio, have no profile: every tool, the hub's sandbox.
+The hub's own token, and stdio, have no profile: every tool, the hub's sandbox. A window of the shared
+hub (`omega-mcp attach`, `server/unix.py`) is a client too, named by its window id, with the workspace
+and mode it brings: its profile is made by `Profiles.window` when it connects and is in `WINDOW` for
+every request of its connection (which has no HTTP request); it leaves with `Profiles.leave`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from omega_mcp.toolbox import Toolbox
 
 __all__ = [
     "PROFILE",
+    "WINDOW",
     "ClientProfile",
     "ClientScope",
     "Profiles",
@@ -48,6 +52,9 @@ __all__ = [
 
 PROFILE: ContextVar[ClientProfile | None] = ContextVar("omega_profile", default=None)
 """The profile of the hub client whose request is being handled (set by `ClientScope`); None: every tool."""
+
+WINDOW: ContextVar[ClientProfile | None] = ContextVar("omega_window", default=None)
+"""The profile of the attached window whose connection is being served (`server/unix.py`); None elsewhere."""
 
 _POOL_CLEANUP = "omega_mcp.pool_cleanup"
 """`Connection.state` key: the connection's own session servers are stopped when it closes."""
@@ -108,6 +115,9 @@ class Profiles:
     def __init__(self, hub: SandboxPolicy, clients: Mapping[str, ClientConfig]) -> None:
         self.hub = hub
         self.by_name: dict[str, ClientProfile] = {}
+        self.windows: dict[str, ClientProfile] = {}
+        """The attached windows' profiles by client name (never touched by a reload)."""
+        self._window_policies: dict[tuple[Path, str], SandboxPolicy | None] = {}
         self.replace(clients)
 
     def replace(self, clients: Mapping[str, ClientConfig]) -> None:
@@ -127,9 +137,30 @@ class Profiles:
                 profiles[name] = ClientProfile(name, config, policy)
         self.by_name = profiles
 
+    def window(self, name: str, workspace: Path | None, mode: str | None) -> ClientProfile:
+        """A window joins as client `name` with its own workspace and mode (None: the hub's): every other
+        client's own workspace, and the hub's when it has one of its own, is foreign to it. Windows with
+        the same workspace and mode share one policy object (so one workplace in the Toolbox); each
+        connection still has its own private /tmp and shells (they are the connection's)."""
+        config = ClientConfig.model_construct(token="", tools=None, exclude_tools=(), workspace=workspace, mode=mode)
+        key = (workspace or self.hub.workspace, mode or self.hub.mode)
+        if key not in self._window_policies:
+            foreign = [c.config.workspace for c in self.by_name.values() if c.config.workspace is not None]
+            if workspace is not None and workspace != self.hub.workspace:
+                foreign.append(self.hub.workspace)
+            self._window_policies[key] = client_policy(self.hub, config, foreign)
+        profile = self.windows[name] = ClientProfile(name, config, self._window_policies[key])
+        return profile
+
+    def leave(self, name: str) -> None:
+        """A window's connection ended."""
+        self.windows.pop(name, None)
+
     def of(self, http_request: object) -> ClientProfile | None:
         """The profile of the client whose token an HTTP request carries; None for the hub's own token
-        (and for stdio, which has no request)."""
+        (and for stdio, which has no request); without a request, the attached window's (`WINDOW`)."""
+        if http_request is None:
+            return WINDOW.get()
         scope: object = getattr(http_request, "scope", None)
         name = client_of_scope(cast(Mapping[str, object], scope)) if isinstance(scope, dict) else None
         return self.by_name.get(name) if name else None
@@ -147,8 +178,9 @@ def session_key(
 ) -> Hashable | None:
     """Whose `share = "session"` server connections a call uses (`proxy/pool.py`): an HTTP session's
     connection (`end(connection)` runs when it closes); for a 2026-era HTTP request, which has no
-    session, its client token's; None on stdio (one client: the shared connection is its own)."""
-    if http_request is None:
+    session, its client token's; None on stdio (one client: the shared connection is its own). An
+    attached window is keyed as an HTTP client is: its connection, or (2026 era) its client name."""
+    if http_request is None and WINDOW.get() is None:
         return None
     connection = connection_of(session)
     if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:

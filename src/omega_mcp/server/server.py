@@ -61,7 +61,7 @@ from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
-from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles, input_schema_for_caller
+from omega_mcp.server.profiles import PROFILE, WINDOW, ClientScope, Profiles, input_schema_for_caller
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.server.tracing import request_spans
 from omega_mcp.toolbox import Toolbox
@@ -157,8 +157,9 @@ class OmegaServer(Server[Any]):
         stdio stream, whose one client lives as long as omega; NO_SESSION for a 2026-era HTTP request."""
         connection = connection_of(session)
         if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            # The connection is built for this one request: nothing would end its shells.
-            return NO_SESSION if http_request is not None else None
+            # The connection is built for this one request: nothing would end its shells. An attached
+            # window's 2026-era stream is one client: its profile owns them (ended when it leaves).
+            return NO_SESSION if http_request is not None else WINDOW.get()
         if not connection.state.get(_SHELLS_CLEANUP):
             connection.state[_SHELLS_CLEANUP] = True
             connection.exit_stack.push_async_callback(self.toolbox.end_session, connection)

@@ -6,13 +6,15 @@ servers goes through the relay (`fastpath/relay.py`), which `serve_streams(relay
 
 The SDK's `stdio_server` reads and writes through worker threads (one hop per line read, two per
 message written), which is most of what a proxy hop costs. Here the pipes are non-blocking file
-descriptors read and written by `pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
+descriptors read and written by `wire.pipes.PipeReader` / `PipeWriter` in the event loop. As in the SDK,
 the wire moves to private descriptors while serving: fd 0 reads /dev/null and fd 1 goes to
 stderr, so a stray `print` or a child process cannot corrupt the protocol; both are restored on
 exit. Regular files work too (they never block, so they are never polled). Only for anything else
 is the SDK's transport used: its reader thread cannot be cancelled, so omega could not stop on a
 signal while such a stdin stays open. A client's message longer than `[hub] max_message_mb` is
-dropped as it is read; a request gets an error answer, as if it had been refused (`_too_long`).
+dropped as it is read; a request gets an error answer, as if it had been refused (`_too_long`). A
+line that is no JSON object at all (bad JSON or UTF-8, nested too deeply to decode, an array) is
+answered with a JSON-RPC parse error, id null (`_parse_errors`), and reading goes on.
 """
 
 from __future__ import annotations
@@ -24,17 +26,19 @@ import os
 import stat
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 from mcp import types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from omega_mcp._sdk import ReadStream, Streams, WriteStream
+from omega_mcp._sdk import SESSION_MESSAGES, ReadStream, Streams, WriteStream
 from omega_mcp.fastpath.relay import Relay
-from omega_mcp.oversize import Oversize, limit_text
-from omega_mcp.pipes import PipeReader, PipeWriter
 from omega_mcp.server.server import OmegaServer
+from omega_mcp.wire.jsonline import encode_line
+from omega_mcp.wire.oversize import Oversize, limit_text
+from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["run_stdio", "serve_streams", "stdio_streams"]
 
@@ -71,7 +75,10 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
     finally:
         os.close(devnull)
     blocking = (os.get_blocking(wire_in), os.get_blocking(wire_out))
-    reader, writer = PipeReader(wire_in, label="[client]"), PipeWriter(wire_out, label="[client]")
+    reader, writer = (
+        PipeReader(wire_in, SESSION_MESSAGES, label="[client]"),
+        PipeWriter(wire_out, SESSION_MESSAGES, label="[client]"),
+    )
     try:
         yield reader, writer
     finally:
@@ -87,7 +94,7 @@ async def stdio_streams() -> AsyncGenerator[Streams]:
         os.close(wire_out)
 
 
-def _too_long(reader: PipeReader, writer: PipeWriter, limit: int) -> None:
+def _too_long(reader: PipeReader[Any], writer: PipeWriter[Any], limit: int) -> None:
     """Bound what one client message may take: a longer request is answered with an error, the rest dropped."""
 
     async def oversized(oversize: Oversize) -> None:
@@ -102,6 +109,20 @@ def _too_long(reader: PipeReader, writer: PipeWriter, limit: int) -> None:
     reader.oversize = oversized
 
 
+def _parse_errors(reader: PipeReader[Any], writer: PipeWriter[Any]) -> None:
+    """Answer each client line that is no JSON object (bad JSON or UTF-8, nested too deeply, an array...)
+    with a JSON-RPC parse error, id null, as JSON-RPC asks; the connection carries on."""
+
+    def unreadable(why: str) -> None:
+        error = {"code": types.PARSE_ERROR, "message": f"Parse error: the line is {why}"}
+        try:
+            writer.send_nowait(encode_line({"jsonrpc": "2.0", "id": None, "error": error}))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the client is gone: nothing to answer
+
+    reader.unreadable = unreadable
+
+
 async def serve_streams(
     server: OmegaServer,
     read_stream: ReadStream[SessionMessage | Exception],
@@ -112,12 +133,10 @@ async def serve_streams(
 ) -> None:
     """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams)."""
     async with anyio.create_task_group() as task_group:
-        if (
-            max_message_bytes is not None
-            and isinstance(read_stream, PipeReader)
-            and isinstance(write_stream, PipeWriter)
-        ):
-            _too_long(read_stream, write_stream, max_message_bytes)
+        if isinstance(read_stream, PipeReader) and isinstance(write_stream, PipeWriter):
+            _parse_errors(read_stream, write_stream)
+            if max_message_bytes is not None:
+                _too_long(read_stream, write_stream, max_message_bytes)
         catalog = server.catalog
         if (
             relay

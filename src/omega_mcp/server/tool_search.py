@@ -232,7 +232,7 @@ class SessionTools:
         Raises:
             InvalidArgumentsError: the arguments are wrong (the message names the field).
         """
-        query, limit = search_arguments(arguments)
+        query, limit, server = search_arguments(arguments)
         await self._catalog()
         namespace = self.toolbox.namespace()
 
@@ -240,7 +240,7 @@ class SessionTools:
             route = namespace.resolve(entry.name)
             return profile is None or (route is not None and profile.permits(route))
 
-        found = self.finder.run(query, limit, self.exported_name, permitted if profile is not None else None)
+        found = self.finder.run(query, limit, self.exported_name, permitted if profile is not None else None, server)
         return found_result(found), [e.name for e in found.entries]
 
     def exported_name(self, name: str) -> str | None:

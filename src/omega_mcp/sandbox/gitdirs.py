@@ -1,0 +1,171 @@
+"""Git directories found by what they are, not by their name: what of each is protected.
+
+git takes a directory for a repository when it holds `HEAD` and either `objects/` and `refs/` or a
+`commondir` file (a worktree's); whatever the directory is called (`.git`, a renamed `.gitreal` a
+`gitdir:` file points to, `.git/modules/sub`, a bare `repo.git`, `.git/worktrees/NAME`). Each such
+directory keeps its `config`, `config.worktree` and `hooks/` protected (the names of
+`GIT_DIR_PROTECTED`), and so does the directory its `core.hooksPath` names (`.husky`), relative to
+the work tree (the directory holding `.git`, or the `gitdir:` file) or, for a bare repository, to the
+git directory itself. The file tools also never write a file called `HEAD`, so they cannot complete
+a repository around a `config` they wrote first. `tracker.py` uses `is_git_dir` on each directory
+listing it makes; the file tools ask `git_reason` for one path. `core.hooksPath` is read with git's
+own parser (`--no-includes`), once per version of the config file. Nothing here knows MCP.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Collection
+from pathlib import Path
+
+__all__ = [
+    "GIT_DIR_PROTECTED",
+    "HOOKS_PATH",
+    "REPOSITORY_MARKER",
+    "git_reason",
+    "gitdir_target",
+    "hooks_dir",
+    "is_git_dir",
+    "is_git_path",
+    "work_tree_hooks",
+]
+
+GIT_DIR_PROTECTED = {"config": ".git/config", "config.worktree": ".git/config", "hooks": ".git/hooks"}
+"""Entries of any git directory that stay protected -> the protected name they count as."""
+HOOKS_PATH = "core.hooksPath"
+"""The protected name of the directory a repository's `core.hooksPath` names."""
+REPOSITORY_MARKER = "HEAD, which makes a directory a git repository"
+"""Why the file tools may not write a file called `HEAD` (see `git_reason`)."""
+_GIT_SECONDS = 10.0
+_GITDIR_MAX = 4096
+
+
+def is_git_dir(names: Collection[str]) -> bool:
+    """Whether a directory with these entries is one git would use as a repository."""
+    return "HEAD" in names and ("commondir" in names or ("objects" in names and "refs" in names))
+
+
+def is_git_path(path: str | Path) -> bool:
+    """`is_git_dir` for a directory on disk (a few `lexists`)."""
+    p = str(path)
+
+    def has(name: str) -> bool:
+        return os.path.lexists(os.path.join(p, name))
+
+    return has("HEAD") and (has("commondir") or (has("objects") and has("refs")))
+
+
+def _head(path: str) -> str:
+    """The first bytes of a regular file (never blocks: a FIFO planted there reads as empty), or ""."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, _GITDIR_MAX).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def gitdir_target(dot_git: str) -> str | None:
+    """The directory a `gitdir: X` file names (relative to the file's directory), or None."""
+    text = _head(dot_git)
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("gitdir:"):
+        return None
+    named = first.removeprefix("gitdir:").strip()
+    return os.path.normpath(os.path.join(os.path.dirname(dot_git), os.path.expanduser(named))) if named else None
+
+
+def hooks_dir(git_dir: str, work_tree: str) -> str | None:
+    """The directory `core.hooksPath` of the repository at `git_dir` names, absolute, or None (a
+    linked worktree's git directory reads the config of the common one its `commondir` names)."""
+    config = os.path.join(_common_dir(git_dir), "config")
+    try:
+        st = os.stat(config)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None  # git would block on a FIFO, or fail
+    named = _hooks_path(config, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    if named is None:
+        return None
+    return os.path.normpath(os.path.join(work_tree, os.path.expanduser(named)))
+
+
+def _common_dir(git_dir: str) -> str:
+    named = _head(os.path.join(git_dir, "commondir")).strip()
+    return os.path.normpath(os.path.join(git_dir, named)) if named else git_dir
+
+
+@functools.lru_cache(maxsize=256)
+def _hooks_path(config: str, dev: int, ino: int, mtime_ns: int, size: int) -> str | None:
+    del dev, ino, mtime_ns, size  # the cache key: this version of the file
+    git = shutil.which("git", path=os.environ.get("PATH") or os.defpath)
+    if git is None:
+        return None
+    env = {"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": os.devnull}
+    try:
+        done = subprocess.run(
+            [git, "config", "--file", config, "--no-includes", "--get", HOOKS_PATH],
+            capture_output=True,
+            env=env,
+            timeout=_GIT_SECONDS,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.decode(errors="replace").strip()
+    return value or None
+
+
+def work_tree_hooks(directory: str, names: Collection[str]) -> str | None:
+    """For a directory with these entries: the hooks directory of the repository it is the work tree
+    of (its `.git` directory or the one its `.git` file names), or of the bare repository it is."""
+    if ".git" in names:
+        dot_git = os.path.join(directory, ".git")
+        git_dir = dot_git if os.path.isdir(dot_git) and not os.path.islink(dot_git) else gitdir_target(dot_git)
+        if git_dir is not None:
+            return hooks_dir(git_dir, directory)
+    if is_git_dir(names) and os.path.basename(directory) != ".git":
+        return hooks_dir(directory, directory)  # bare: relative to the git directory
+    return None
+
+
+def git_reason(target: Path, base: Path, enabled: Collection[str]) -> tuple[Path, str] | None:
+    """`(protected path, name)` when `target` (below `base`, a write root) is a git directory's
+    config or hooks, or lies in a repository's `core.hooksPath` directory; else None. `enabled`: the
+    protected names in force (`.git/config`, `.git/hooks`; hooksPath goes with the latter). Strings
+    and two `lexists` a directory, no pathlib: every write of the file tools asks."""
+    parts = target.relative_to(base).parts
+    if parts and parts[-1] == "HEAD" and ".git/config" in enabled:
+        # The file tools never make a repository: with `config` written first and `HEAD` after, a
+        # directory would become one whose config nobody checked (bash's are: `tracker.py`).
+        return target, REPOSITORY_MARKER
+    hooks_on = ".git/hooks" in enabled
+    text = str(target)
+    here = str(base)
+    for name in parts:
+        if name in GIT_DIR_PROTECTED and GIT_DIR_PROTECTED[name] in enabled and is_git_path(here):
+            return Path(here, name), GIT_DIR_PROTECTED[name]
+        prefix = here.rstrip("/") + "/"
+        if hooks_on and (os.path.lexists(prefix + ".git") or os.path.lexists(prefix + "HEAD")):
+            names = [n for n in _MARKERS if os.path.lexists(prefix + n)]
+            hooks = work_tree_hooks(here, names)
+            if hooks is not None and (text == hooks or text.startswith(hooks.rstrip("/") + "/")):
+                return Path(hooks), HOOKS_PATH
+        here = prefix + name
+    return None
+
+
+_MARKERS = (".git", "HEAD", "objects", "refs", "commondir")
+"""The entries `work_tree_hooks` looks at."""

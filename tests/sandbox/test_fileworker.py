@@ -1,0 +1,139 @@
+"""The file tools' worker: one per session with a sandbox world, restarted when it dies, gone with the session."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from omega_mcp.builtin.read import read_file
+from omega_mcp.builtin.schemas import ReadArgs
+from omega_mcp.errors import ToolError
+from omega_mcp.sandbox import fileworker_client, probe
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.world import Worlds
+from waits import deadline
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux") or not probe.support().pid_namespace, reason="needs user namespaces"
+    ),
+]
+
+
+def _text(result: object) -> str:
+    return "".join(getattr(block, "text", "") for block in getattr(result, "content", []))
+
+
+async def _gone(pid: int) -> None:
+    with deadline(10):
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            await anyio.sleep(0.01)  # bounded polling: the zygote's session process reaps it
+
+
+async def test_a_worker_that_dies_is_replaced_and_the_worker_ends_with_its_session(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("in the world\n")
+    worlds = Worlds(SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp")))
+    owner = object()
+    policy = worlds.policy_for(owner)
+    assert policy.private_tmp is not None
+    try:
+        first = await read_file(policy, ReadArgs(file_path="f.txt"))
+        assert "in the world" in _text(first) and not first.is_error
+        worker = fileworker_client.running(policy.private_tmp)
+        assert worker is not None
+        worker.process.kill()
+        with deadline(10):
+            await worker.process.wait()
+        again = await read_file(policy, ReadArgs(file_path="f.txt"))
+        assert "in the world" in _text(again) and not again.is_error
+        replaced = fileworker_client.running(policy.private_tmp)
+        assert replaced is not None and replaced is not worker
+        pid = replaced.process.pid
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, owner)
+    assert fileworker_client.running(policy.private_tmp) is None
+    await _gone(pid)
+
+
+async def test_without_a_sandbox_world_there_is_no_worker(tmp_path: Path) -> None:
+    for policy in (
+        SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=tmp_path, tmp_dir=Path("/tmp")),
+        SandboxPolicy(mode="rwx", home=tmp_path / "home", workspace=tmp_path, tmp_dir=Path("/tmp")).with_private_tmp(
+            tmp_path / "t"
+        ),
+    ):
+        assert await fileworker_client.worker_for(policy) is None
+
+
+async def _outcome(policy: SandboxPolicy, name: str) -> tuple[bool, str]:
+    """(is an error, its text): read_file raises a tool failure, which the Toolbox turns into a result."""
+    try:
+        result = await read_file(policy, ReadArgs(file_path=name))
+    except ToolError as exc:
+        return True, str(exc)
+    return bool(result.is_error), _text(result)
+
+
+async def test_in_a_world_read_names_what_is_not_a_regular_file_and_what_is_missing_or_hidden(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.mkfifo(workspace / "pipe")
+    (workspace / "empty.txt").write_text("")
+    secret = tmp_path / "secret"
+    secret.write_text("TOP-SECRET\n")
+    base = SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp"))
+    worlds = Worlds(dataclasses.replace(base, hidden=(secret,)))
+    owner = object()
+    policy = worlds.policy_for(owner)
+    try:
+        found = {
+            name: await _outcome(policy, name)
+            for name in ("pipe", str(workspace), "missing.txt", "/dev/null", "empty.txt", str(secret))
+        }
+        assert fileworker_client.running(policy.private_tmp or Path("/nonexistent")) is not None
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, owner)
+    assert found["pipe"][0] and "is a FIFO" in found["pipe"][1]
+    assert found[str(workspace)][0] and "is a directory" in found[str(workspace)][1]
+    assert found["missing.txt"][0] and "file does not exist" in found["missing.txt"][1]
+    assert not found["/dev/null"][0] and "file is empty" in found["/dev/null"][1]
+    assert not found["empty.txt"][0] and "file is empty" in found["empty.txt"][1]
+    assert found[str(secret)][0] and "hidden" in found[str(secret)][1]
+    assert "TOP-SECRET" not in found[str(secret)][1]
+
+
+async def test_workers_beyond_the_limit_are_stopped_and_started_again_on_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fileworker_client, "MAX_WORKERS", 1)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("shared\n")
+    worlds = Worlds(SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp")))
+    first, second = object(), object()
+    one, two = worlds.policy_for(first), worlds.policy_for(second)
+    assert one.private_tmp is not None and two.private_tmp is not None
+    try:
+        assert "shared" in (await _outcome(one, "f.txt"))[1]
+        evicted = fileworker_client.running(one.private_tmp)
+        assert evicted is not None
+        assert "shared" in (await _outcome(two, "f.txt"))[1]
+        assert fileworker_client.running(one.private_tmp) is None  # stopped: one worker at most
+        await _gone(evicted.process.pid)
+        assert "shared" in (await _outcome(one, "f.txt"))[1]
+        assert fileworker_client.running(two.private_tmp) is None
+    finally:
+        await anyio.to_thread.run_sync(worlds.close, first)
+        await anyio.to_thread.run_sync(worlds.close, second)
