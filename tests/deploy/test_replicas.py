@@ -4,7 +4,8 @@ Real processes throughout: three `omega-mcp serve --http` replicas on loopback p
 $OMEGA_HOME, and HAProxy started with the shipped configuration, its addresses in the environment
 only. Clients of both eras call through the balancer while the replicas restart one by one
 (SIGTERM, wait, start, wait for readyz); one replica is killed with SIGKILL; an input-required round
-(2026 era) and a background shell (handshake era) go through the balancer.
+(2026 era) and a background shell (handshake era) go through the balancer; 2026-era calls of one
+token spread over the three replicas, and elicitation rounds complete on the replica that holds them.
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ args = [{str(FIXTURES / "echo_server.py")!r}]
 command = {sys.executable!r}
 args = [{str(FIXTURES / "asking_server.py")!r}, {str(markers)!r}]
 era = "handshake"  # it asks on its own session's back-channel
+
+[servers.greet]
+command = {sys.executable!r}
+args = [{str(FIXTURES / "eliciting_server.py")!r}]
+era = "handshake"
 
 [hub]
 drain_seconds = 5
@@ -278,3 +284,40 @@ async def test_a_killed_replica_is_routed_around_within_two_seconds(cluster: Clu
         while not await _one_call(cluster.url):
             pass
     assert cluster.replicas[serving].proc.wait(5) == -signal.SIGKILL
+
+
+async def _elicited(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def test_2026_calls_spread_over_the_replicas_and_elicitation_rounds_complete(cluster: Cluster) -> None:
+    await _ready_through_balancer(cluster)
+    before = [cluster.tools_calls(i) for i in range(3)]
+
+    async def six_calls() -> None:
+        async with hub_client(cluster.url, TOKEN, mode="auto") as client:
+            for _ in range(6):
+                assert not (await client.call_tool("mcp__echo__echo", {"text": "spread"})).is_error
+
+    with deadline(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(six_calls)
+    spread = [cluster.tools_calls(i) - before[i] for i in range(3)]
+    print(f"24 calls from 4 clients over the replicas: {spread}")
+    assert sum(spread) == 24 and all(count >= 1 for count in spread), spread
+
+    before = [cluster.tools_calls(i) for i in range(3)]
+    answers: list[str] = []
+    with deadline(60):
+        for shift in range(6):  # each call is two rounds: the question, then the retry carrying the answer
+            async with hub_client(cluster.url, TOKEN, mode="auto", elicitation_callback=_elicited) as client:
+                for _ in range(shift):  # round robin: so that the calls start on each replica in turn
+                    await client.list_tools()
+                greeted = await client.call_tool("mcp__greet__greet", {})
+            assert not greeted.is_error, greeted
+            answers.append(_text(greeted))
+    assert answers == ["Hello, Ada!"] * 6
+    rounds = [cluster.tools_calls(i) - before[i] for i in range(3)]
+    print(f"6 elicitation calls (12 rounds) over the replicas: {rounds}")
+    assert sum(rounds) == 12 and all(count for count in rounds), rounds  # started on every replica

@@ -317,6 +317,20 @@ class _VisibleFormatter(logging.Formatter):
         return visible(super().format(record))
 
 
+_CLOSED_STREAM_ERRORS = frozenset({"BrokenResourceError", "ClosedResourceError"})
+
+
+class _ClosedStreamNoise(logging.Filter):
+    """Drops the SDK HTTP client's `Error parsing SSE message` traceback when what failed was handing an event
+    to a read stream already closed (a connection shut down mid-event, as `login` does once it has its tools:
+    the SDK's own comment says it is no parse failure); the user is told nothing wrong happened otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        closed = exc is not None and type(exc).__name__ in _CLOSED_STREAM_ERRORS
+        return not (closed and record.name == "mcp.client.streamable_http" and type(exc).__module__.startswith("anyio"))
+
+
 def _setup_logging(level_name: str) -> None:
     level = logging.getLevelNamesMapping().get(level_name.upper())
     if level is None:
@@ -332,6 +346,7 @@ def _setup_logging(level_name: str) -> None:
     # The handler's own level keeps stderr at the chosen level even when an MCP client asks for
     # debug logs (logging/setLevel lowers omega's logger level, not this handler's).
     handler.setLevel(level)
+    handler.addFilter(_ClosedStreamNoise())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(level, logging.WARNING))

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from omega_mcp.config import Config
 from omega_mcp.errors import OAuthError, first_leaf
 from omega_mcp.names import server_prefixes
+from omega_mcp.proxy.apps import client_uri
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
@@ -491,6 +492,7 @@ class Downstreams(AsyncContextManagerMixin):
 
     async def _updated(self, server_name: str, uri: str) -> None:
         sink = self.resources_updated
+        uri = client_uri(server_name, uri)  # a `ui://` URI in its namespace form (apps.py)
         subscribers = self.subscriptions.subscribers(server_name, uri)
         if sink is not None and subscribers:
             await sink(uri, subscribers)

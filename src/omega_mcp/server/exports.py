@@ -203,7 +203,7 @@ class CatalogHandlers:
                 if not self._resource_visible(uri):
                     continue  # to this client an unknown URI: honored, never fires
                 try:
-                    await subscriptions.subscribe(stream, uri)
+                    await subscriptions.subscribe(stream, uri, modern=True)
                 except MCPError as exc:  # honored anyway, as a server honors any URI: it just never fires
                     logger.debug("listen: %s is not subscribed downstream: %s", uri, exc.message)
             return await self._listen(ctx, params)

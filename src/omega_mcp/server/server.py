@@ -56,7 +56,7 @@ from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import from_wire, modern_complete, to_wire
 from omega_mcp.server.approver import elicitation_approver
-from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours
+from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours, replica_of_request
 from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
@@ -271,7 +271,10 @@ class OmegaServer(Server[Any]):
             return await _as(Unreachable(session, ctx.meta), run, session.report_progress)
         client = bridge if ctx.request is None else None  # no HTTP request: the stream's one client
         report = session.report_progress
-        return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
+        replica = replica_of_request(ctx.request)
+        return await bridge.run(
+            session, ctx.meta, request_state, input_responses, run, report=report, client=client, replica=replica
+        )
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """`tools/call` without model round trips (handshake era once initialized; 2026 era when no round can
