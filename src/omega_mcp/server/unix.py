@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import struct
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -126,10 +127,25 @@ class _short:
             os.close(self.fd)
 
 
+_SOL_LOCAL, _LOCAL_PEERCRED = 0, 1
+"""macOS and the BSDs: `getsockopt(SOL_LOCAL, LOCAL_PEERCRED)` gives a `struct xucred` (version, uid, ...)."""
+
+
 def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a UNIX socket (SO_PEERCRED)."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    """The uid of the process at the other end of a UNIX socket: SO_PEERCRED on Linux, LOCAL_PEERCRED
+    on macOS and the BSDs (Python has no constant for it there).
+
+    Raises:
+        OSError: the platform tells no peer's uid (the connection is then refused).
+    """
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if isinstance(peercred, int):
+        creds = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
+    if sys.platform == "darwin" or sys.platform.startswith(("freebsd", "openbsd", "netbsd")):
+        creds = sock.getsockopt(_SOL_LOCAL, _LOCAL_PEERCRED, struct.calcsize("2I") + 4 + 16 * 4)
+        return struct.unpack_from("2I", creds)[1]
+    raise OSError(f"no way to tell a UNIX socket peer's uid on {sys.platform}")
 
 
 async def _hello(sock: socket.socket) -> dict[str, Any] | None:
