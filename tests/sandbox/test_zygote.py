@@ -414,7 +414,7 @@ def test_an_unprivileged_user_gets_a_new_zygote_after_killing_one() -> None:
                 os.kill(old, signal.SIGKILL)
                 # Once it is gone: a call racing the kill may start in the dying one and fail closed (the
                 # test_a_command_running_when_the_zygote_dies_... case), which is not this test.
-                with deadline(10):
+                with anyio.fail_after(10):
                     while zygote_client.launcher_pid() == old:
                         await anyio.sleep(0.01)
                 second = await call(box, "bash", {"command": "echo $$; touch /etc/omega-x; echo rc=$?"})
