@@ -13,8 +13,8 @@ approved write outside the roots.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import stat
 import sys
 import uuid
@@ -50,7 +50,8 @@ async def main():
     async with Toolbox(policy(workspace=FH)) as box:
         out = {}
         out["keys"] = await call(box, "write", {"file_path": "~/.ssh/authorized_keys", "content": "EVIL-KEY\\n"})
-        out["edit"] = await call(box, "edit", {"file_path": "~/.ssh/config", "old_string": "Host", "new_string": "EVIL"})
+        edit = {"file_path": "~/.ssh/config", "old_string": "Host", "new_string": "EVIL"}
+        out["edit"] = await call(box, "edit", edit)
         out["aws"] = await call(box, "write", {"file_path": "~/.aws/credentials", "content": "EVIL\\n"})
         out["bash"] = await call(box, "bash", {"command": "echo EVIL-KEY >> ~/.ssh/authorized_keys; ls -a ~/.ssh"})
         out["ok"] = await call(box, "write", {"file_path": "~/notes.txt", "content": "fine\\n"})
@@ -84,7 +85,8 @@ async def main():
     async with Toolbox(policy(workspace=FH)) as box:
         out = {}
         out["keys"] = await call(box, "write", {"file_path": "~/.ssh/authorized_keys", "content": "EVIL-KEY\\n"})
-        out["edit"] = await call(box, "edit", {"file_path": "~/.ssh/config", "old_string": "Host", "new_string": "EVIL"})
+        edit = {"file_path": "~/.ssh/config", "old_string": "Host", "new_string": "EVIL"}
+        out["edit"] = await call(box, "edit", edit)
         print(json.dumps(out))
 anyio.run(main)
 """
@@ -177,7 +179,8 @@ async def main():
         out["edit_mode"] = await call(box, "edit", {{"file_path": "run.sh", "old_string": "x=1", "new_string": "x=2"}})
         out["tmp_w"] = await call(box, "write", {{"file_path": "/tmp/w-{tag}", "content": "to bash"}})
         out["tmp_b"] = await call(box, "bash", {{"command": "cat /tmp/w-{tag}; printf 'from bash' > /tmp/b-{tag}"}})
-        out["tmp_e"] = await call(box, "edit", {{"file_path": "/tmp/b-{tag}", "old_string": "from", "new_string": "by"}})
+        edit = {{"file_path": "/tmp/b-{tag}", "old_string": "from", "new_string": "by"}}
+        out["tmp_e"] = await call(box, "edit", edit)
         out["tmp_r"] = await call(box, "bash", {{"command": "cat /tmp/b-{tag}; stat -c %a run.sh"}})
         out["hook"] = await call(box, "write", {{"file_path": ".git/hooks/pre-commit", "content": "evil"}})
         out["missing"] = await call(box, "edit", {{"file_path": "nope.txt", "old_string": "a", "new_string": "b"}})
@@ -219,7 +222,7 @@ async def test_an_approved_write_outside_the_roots_still_works_with_a_world(tmp_
     outside.mkdir()
     (outside / "e.txt").write_text("alpha\n")
     base = SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=tmp_path / "tmp")
-    worlds = Worlds(base.__class__(**{**_fields(base), "on_denied": "ask"}))
+    worlds = Worlds(dataclasses.replace(base, on_denied="ask"))
     owner = object()
     policy = worlds.policy_for(owner)
     asked: list[str] = []
@@ -241,15 +244,8 @@ async def test_an_approved_write_outside_the_roots_still_works_with_a_world(tmp_
         )
     finally:
         await anyio.to_thread.run_sync(worlds.close, owner)
-    assert not inside.is_error and (workspace / "in.txt").read_text() == "in" and not asked[:0]
+    assert not inside.is_error and (workspace / "in.txt").read_text() == "in"
     assert not wrote.is_error and "approved by the user" in _text(wrote), _text(wrote)
     assert not edited.is_error and "approved by the user" in _text(edited), _text(edited)
     assert (outside / "n" / "a.txt").read_text() == "hi" and (outside / "e.txt").read_text() == "beta\n"
     assert asked == [str(outside / "n" / "a.txt"), str(outside / "e.txt")]
-    assert os.path.exists(workspace / "in.txt")
-
-
-def _fields(policy: SandboxPolicy) -> dict[str, object]:
-    import dataclasses
-
-    return {f.name: getattr(policy, f.name) for f in dataclasses.fields(policy) if f.init}

@@ -1,12 +1,15 @@
-"""omega's side of the file tools' worker (`child/fileworker.py`): one per client session, opening files there.
+"""omega's side of the file tools' worker (`child/fileworker.py`): one per client session, doing their file work.
 
 `worker_for(policy)` returns the session's worker (started on first use through the bash zygote, as
 bash's commands are: `zygote_client.start` with the worker as the program and a socket as its
 output), or None where a session has no sandbox world (rwx mode, no user namespaces, no private
 /tmp): then the path checks of `paths.py` apply alone. `FileWorker.open` asks it to open a path for
-`read`; the kernel, inside the world, resolves it, so a symbolic link, `/proc/<pid>/root` or a rename
-cannot lead anywhere bash could not go. A worker that died or stopped answering is replaced on the next
-call; `forget(tmp_dir)` ends the worker of a private /tmp (its session ended); every wait is bounded.
+`read`, `open_leaf` and `replace` to read and atomically replace a file for `edit` and `write` (the
+content passed as a memfd, so its size is no concern of the socket's); the kernel, inside the world,
+resolves each path, so a symbolic link, `/proc/<pid>/root` or a rename cannot lead anywhere bash could
+not go, and Landlock, read-only binds and covers refuse what bash could not write. A worker that died
+or stopped answering is replaced on the next call; `forget(tmp_dir)` ends the worker of a private /tmp
+(its session ended); every wait is bounded.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ the same two ways, and in sandbox and rx modes the secrets of `SandboxPolicy.hid
 Where the calling session has a sandbox world, `open_readable` has its file worker open the path there
 (`fileworker_client.py`: the kernel resolves it as for that session's bash, so `/proc/<pid>/root` or a
 planted link leads nowhere bash could not go) and only checks the fd here, for the messages.
+Writes there are checked by `check_world_write` (the same refusals and messages as `open_write_parent`,
+plus the hidden secrets, which bash's world covers) and made by the worker in the directory found here.
 All functions here block: call them from a worker thread.
 """
 
