@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import anyio
 from mcp import types
 
 from omega_mcp.builtin.schemas import EditArgs, WriteArgs
@@ -46,6 +47,7 @@ from omega_mcp.sandbox.paths import (
     describe_os_error,
     not_regular_message,
     open_write_parent,
+    precheck_write,
     resolve_path,
 )
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -279,7 +281,17 @@ async def _run(
     approve: Approver | None,
     grants: Grants | None,
 ) -> types.CallToolResult:
-    worker = None if path == DEV_NULL else await fileworker_client.worker_for(policy)
+    worker = None
+    if path != DEV_NULL:
+        try:
+            await anyio.to_thread.run_sync(precheck_write, policy, path)
+        except PathDeniedError as exc:
+            if not exc.askable:
+                raise
+            # Outside every root: denied, or written from omega's process once the user approves (the
+            # one write made outside the world): no worker is started for it.
+        else:
+            worker = await fileworker_client.worker_for(policy)
     try:
         attempt = partial(_in_world, policy, worker, world=world, here=here)
         return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))

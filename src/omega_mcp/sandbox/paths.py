@@ -56,6 +56,7 @@ __all__ = [
     "not_regular_message",
     "open_readable",
     "open_write_parent",
+    "precheck_write",
     "remember_hidden",
     "resolve_path",
 ]
@@ -327,6 +328,19 @@ def _in_world(policy: SandboxPolicy, real: Path) -> Path:
     if private is not None and real.is_relative_to(private):
         return Path(os.path.normpath(policy.tmp_dir)) / real.relative_to(private)
     return real
+
+
+def precheck_write(policy: SandboxPolicy, path: Path) -> None:
+    """The refusals of a write that need no file system: the blocklist, hidden secrets, outside every root.
+
+    Raises:
+        PathDeniedError: refused (askable when only outside the roots).
+    """
+    _check_write_allowed(policy, path, path)
+    if (reason := _hidden_write_reason(policy, path)) is not None:
+        raise PathDeniedError(str(path), reason)
+    if path != Path("/"):
+        _pick_root(policy, path)
 
 
 def check_world_write(policy: SandboxPolicy, path: Path, *, create: bool) -> WorldTarget:
