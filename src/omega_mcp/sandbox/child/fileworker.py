@@ -32,7 +32,7 @@ import stat
 
 __all__ = ["main"]
 
-_MAX_REQUEST = 8192  # a path is at most 4096 bytes (`paths.MAX_PATH_BYTES`)
+_MAX_REQUEST = 16384  # a replace names a path and its directory, each at most 4096 bytes (`paths.MAX_PATH_BYTES`)
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
