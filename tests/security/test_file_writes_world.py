@@ -14,7 +14,6 @@ approved write outside the roots.
 from __future__ import annotations
 
 import dataclasses
-import json
 import stat
 import sys
 import uuid
@@ -101,8 +100,8 @@ anyio.run(main)
         keys = (ssh / "authorized_keys").read_text()
         config = (ssh / "config").read_text()
     assert keys == "good-key\n" and config == "Host example\n", found
-    assert found["keys"]["error"] and found["edit"]["error"], found
-    assert "EVIL" not in json.dumps(found).replace('"EVIL', ""), found
+    for name in ("keys", "edit"):  # the kernel's refusal, named as a denial of the path
+        assert found[name]["error"] and "denied" in found[name]["text"] and "sandbox refuses" in found[name]["text"]
 
 
 def test_write_and_edit_cannot_reach_another_sessions_private_tmp_even_without_omegas_check() -> None:
