@@ -7,34 +7,47 @@ is never followed: a symbolic link is replaced by a regular file (a link to a di
 `edit` refuses links), a hard link is replaced as this entry only. Writes and edits of one file are
 serialised within the process, and `edit` re-applies itself when the file changed on disk between its
 read and its rename; with `on_denied = "ask"` a path outside the roots is put to the user first.
+
+Where the calling session has a sandbox world, the file-system work happens there, in its file worker
+(`sandbox/fileworker_client.py`), as for its bash: omega checks the path (`paths.check_world_write`,
+for the messages), keeps the semantics (content, encoding, edit matching) and has the worker read the
+file (edit) and replace it, so Landlock, read-only binds and covers refuse what bash could not write
+even where omega's checks would allow it. The one write made from omega's own process there is the
+one the user approved (outside every root); without a world, everything happens here.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import anyio
 from mcp import types
 
 from omega_mcp.builtin.schemas import EditArgs, WriteArgs
 from omega_mcp.builtin.text import plural
-from omega_mcp.errors import InvalidArgumentsError, ToolError
+from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
 from omega_mcp.results import text_result
+from omega_mcp.sandbox import fileworker_client
 from omega_mcp.sandbox.approvals import Approver, Grants, with_approval
+from omega_mcp.sandbox.fileworker_client import FileWorker, WorkerGoneError
 from omega_mcp.sandbox.paths import (
     DEV_NULL,
     ParentDir,
     check_read_fd,
+    check_world_write,
     describe_os_error,
     not_regular_message,
     open_write_parent,
+    precheck_write,
     resolve_path,
 )
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -113,19 +126,18 @@ _locks: dict[Path, _FileLock] = {}
 
 
 @contextmanager
-def _exclusive(parent: ParentDir) -> Generator[None]:
-    """Hold this process's lock on the file `parent` points at (tool calls run in parallel worker threads).
+def _exclusive(key: Path, shown: Path) -> Generator[None]:
+    """Hold this process's lock on the file really at `key` (tool calls run in parallel worker threads).
 
     Without it, two edits read the same content and the second rename discards the first edit.
     """
-    key = parent.real_path
     with _locks_guard:
         entry = _locks.setdefault(key, _FileLock())
         entry.users += 1
     try:
         if not entry.lock.acquire(timeout=_LOCK_SECONDS):
             raise ToolError(
-                f"another write or edit of {parent.path} has been running for over {_LOCK_SECONDS:g} s; "
+                f"another write or edit of {shown} has been running for over {_LOCK_SECONDS:g} s; "
                 "the file was not changed, try again later"
             )
         try:
@@ -148,7 +160,10 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants |
             finally:
                 os.close(fd)
             return f"Wrote {plural(len(data), 'byte')} to {path} (discarded)"
-        with open_write_parent(policy, path, create=True, grants=grants) as parent, _exclusive(parent):
+        with (
+            open_write_parent(policy, path, create=True, grants=grants) as parent,
+            _exclusive(parent.real_path, path),
+        ):
             old = _lstat(parent)
             note = "updated"
             if old is None:
@@ -168,6 +183,125 @@ def _write_sync(policy: SandboxPolicy, path: Path, data: bytes, grants: Grants |
     except OSError as exc:
         raise ToolError(describe_os_error(exc, path, "write") + "; the file was not changed") from None
     return f"Wrote {plural(len(data), 'byte')} to {path} ({note})"
+
+
+_REPLACED_LINK = "replaced a symbolic link with a regular file; the link target is unchanged"
+
+
+def _world_error(exc: OSError, path: Path, action: str) -> ToolError:
+    """What the kernel's refusal inside the session's world means, in today's words."""
+    if exc.errno in (errno.EXDEV, errno.ELOOP):
+        return PathDeniedError(
+            str(path),
+            "the way to it changed after it was checked (a symbolic link or a rename now leads elsewhere); "
+            "nothing was written, try again",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return PathDeniedError(
+            str(path), f"this session's sandbox refuses to {action} it (its bash could not either); nothing was written"
+        )
+    if exc.errno == errno.ENOENT:
+        return ToolError(f"file does not exist: {path} (its directory {path.parent} is missing in this session's view)")
+    return ToolError(describe_os_error(exc, path, action) + "; the file was not changed")
+
+
+def _write_world(policy: SandboxPolicy, path: Path, data: bytes, worker: FileWorker) -> str:
+    target = check_world_write(policy, path, create=True)
+    with _exclusive(target.real_path, path):
+        try:
+            done = worker.replace(path, target.world_parent, data, create=True, expect=None)
+        except OSError as exc:
+            raise _world_error(exc, path, "write") from None
+    if done.outcome == "link-to-directory":
+        raise ToolError(
+            f"cannot write {path}: it is a symbolic link to the directory {done.target}; give a file name inside it"
+        )
+    if done.outcome == "not-regular":
+        raise ToolError(f"cannot write {path}: " + not_regular_message(path, done.mode))
+    note = _REPLACED_LINK if done.outcome == "link" else done.outcome
+    return f"Wrote {plural(len(data), 'byte')} to {path} ({note})"
+
+
+def _edit_world(policy: SandboxPolicy, path: Path, args: EditArgs, worker: FileWorker) -> str:
+    target = check_world_write(policy, path, create=False)
+    with _exclusive(target.real_path, path):
+        for _ in range(_EDIT_TRIES):
+            try:
+                opened = worker.open_leaf(path, target.world_parent)
+            except FileNotFoundError:
+                raise ToolError(f"file does not exist: {path}; use write to create it") from None
+            except OSError as exc:
+                raise _world_error(exc, path, "edit") from None
+            if isinstance(opened, str):
+                raise ToolError(
+                    f"cannot edit {path}: it is a symbolic link to {opened}; edit does not follow links, "
+                    "edit the target path instead"
+                )
+            try:
+                raw, st = _read_fd(policy, opened, path)
+            except OSError as exc:
+                raise ToolError(describe_os_error(exc, path, "edit") + "; the file was not changed") from None
+            finally:
+                os.close(opened)
+            data, message = apply_edit(raw, args, path)
+            try:
+                done = worker.replace(path, target.world_parent, data, create=False, expect=st)
+            except OSError as exc:
+                raise _world_error(exc, path, "edit") from None
+            if done.outcome != "changed":  # changed: bash or an editor wrote it since: apply the edit again
+                return message
+        raise ToolError(
+            f"{path} kept changing on disk while it was being edited ({_EDIT_TRIES} tries); this edit was not "
+            "applied. Try again when whatever is writing the file has finished."
+        )
+
+
+def _in_world(
+    policy: SandboxPolicy, worker: FileWorker | None, grants: Grants | None, world: Callable[[FileWorker], str],
+    here: Callable[[Grants | None], str],
+) -> str:  # fmt: skip
+    """`world(worker)` where the session has a world, else `here(grants)` (omega's process). A path outside
+    every root goes `here` when it may be approved: the one write made outside the world."""
+    if worker is None:
+        return here(grants)
+    try:
+        return world(worker)
+    except PathDeniedError as exc:
+        if exc.askable and grants is not None:
+            return here(grants)  # refused again unless the user approved this path
+        raise
+
+
+async def _run(
+    policy: SandboxPolicy,
+    path: Path,
+    world: Callable[[FileWorker], str],
+    here: Callable[[Grants | None], str],
+    *,
+    approve: Approver | None,
+    grants: Grants | None,
+) -> types.CallToolResult:
+    worker = None
+    if path != DEV_NULL:
+        try:
+            await anyio.to_thread.run_sync(precheck_write, policy, path)
+        except PathDeniedError as exc:
+            if not exc.askable:
+                raise
+            # Outside every root: denied, or written from omega's process once the user approves (the
+            # one write made outside the world): no worker is started for it.
+        else:
+            worker = await fileworker_client.worker_for(policy)
+    try:
+        attempt = partial(_in_world, policy, worker, world=world, here=here)
+        return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+    except WorkerGoneError as exc:
+        if worker is not None:
+            fileworker_client.discard(worker)
+        raise ToolError(
+            f"the sandbox's file worker for this session stopped ({exc}); {path} may or may not have been "
+            "changed: read it, then try again"
+        ) from None
 
 
 async def write_file(
@@ -191,8 +325,8 @@ async def write_file(
         raise InvalidArgumentsError(
             f"content is not valid Unicode (a lone surrogate at index {exc.start}); nothing was written"
         ) from None
-    attempt = partial(_write_sync, policy, path, data)
-    return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+    world = partial(_write_world, policy, path, data)
+    return await _run(policy, path, world, partial(_write_sync, policy, path, data), approve=approve, grants=grants)
 
 
 def _uses_crlf(text: str) -> bool:
@@ -260,25 +394,30 @@ def _read_for_edit(policy: SandboxPolicy, parent: ParentDir) -> tuple[bytes, os.
     except FileNotFoundError:
         raise ToolError(f"file does not exist: {path}; use write to create it") from None
     try:
-        check_read_fd(policy, fd, path)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"cannot edit {path}: " + not_regular_message(path, st.st_mode))
-        if st.st_size > MAX_EDIT_BYTES:
-            raise ToolError(
-                f"cannot edit {path}: it is {st.st_size} bytes, over the {MAX_EDIT_BYTES // (1024 * 1024)} MiB edit "
-                "limit; use bash (e.g. sed) for very large files"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, _CHUNK_BYTES):
-            size += len(chunk)
-            if size > MAX_EDIT_BYTES:  # it grew after fstat
-                raise ToolError(f"cannot edit {path}: it is growing past the edit limit; try again later")
-            chunks.append(chunk)
-        return b"".join(chunks), st
+        return _read_fd(policy, fd, path)
     finally:
         os.close(fd)
+
+
+def _read_fd(policy: SandboxPolicy, fd: int, path: Path) -> tuple[bytes, os.stat_result]:
+    """The content and status of the file open at `fd`, for edit (checked, regular, within the limit)."""
+    check_read_fd(policy, fd, path)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"cannot edit {path}: " + not_regular_message(path, st.st_mode))
+    if st.st_size > MAX_EDIT_BYTES:
+        raise ToolError(
+            f"cannot edit {path}: it is {st.st_size} bytes, over the {MAX_EDIT_BYTES // (1024 * 1024)} MiB edit "
+            "limit; use bash (e.g. sed) for very large files"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := os.read(fd, _CHUNK_BYTES):
+        size += len(chunk)
+        if size > MAX_EDIT_BYTES:  # it grew after fstat
+            raise ToolError(f"cannot edit {path}: it is growing past the edit limit; try again later")
+        chunks.append(chunk)
+    return b"".join(chunks), st
 
 
 def _unchanged(now: os.stat_result | None, read: os.stat_result) -> bool:
@@ -294,7 +433,10 @@ def _unchanged(now: os.stat_result | None, read: os.stat_result) -> bool:
 
 def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs, grants: Grants | None) -> str:
     try:
-        with open_write_parent(policy, path, create=False, grants=grants) as parent, _exclusive(parent):
+        with (
+            open_write_parent(policy, path, create=False, grants=grants) as parent,
+            _exclusive(parent.real_path, path),
+        ):
             for _ in range(_EDIT_TRIES):
                 st = _lstat(parent)
                 if st is None:
@@ -336,5 +478,5 @@ async def edit_file(
     if args.old_string == args.new_string:
         raise InvalidArgumentsError("old_string and new_string are identical; nothing to change")
     path = resolve_path(policy, args.file_path)
-    attempt = partial(_edit_sync, policy, path, args)
-    return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+    world = partial(_edit_world, policy, path, args)
+    return await _run(policy, path, world, partial(_edit_sync, policy, path, args), approve=approve, grants=grants)

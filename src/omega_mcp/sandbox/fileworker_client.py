@@ -1,12 +1,15 @@
-"""omega's side of the file tools' worker (`child/fileworker.py`): one per client session, opening files there.
+"""omega's side of the file tools' worker (`child/fileworker.py`): one per client session, doing their file work.
 
 `worker_for(policy)` returns the session's worker (started on first use through the bash zygote, as
 bash's commands are: `zygote_client.start` with the worker as the program and a socket as its
 output), or None where a session has no sandbox world (rwx mode, no user namespaces, no private
 /tmp): then the path checks of `paths.py` apply alone. `FileWorker.open` asks it to open a path for
-`read`; the kernel, inside the world, resolves it, so a symbolic link, `/proc/<pid>/root` or a rename
-cannot lead anywhere bash could not go. A worker that died or stopped answering is replaced on the next
-call; `forget(tmp_dir)` ends the worker of a private /tmp (its session ended); every wait is bounded.
+`read`, `open_leaf` and `replace` to read and atomically replace a file for `edit` and `write` (the
+content passed as a memfd, so its size is no concern of the socket's); the kernel, inside the world,
+resolves each path, so a symbolic link, `/proc/<pid>/root` or a rename cannot lead anywhere bash could
+not go, and Landlock, read-only binds and covers refuse what bash could not write. A worker that died
+or stopped answering is replaced on the next call; `forget(tmp_dir)` ends the worker of a private /tmp
+(its session ended); every wait is bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "ANSWER_SECONDS",
     "MAX_WORKERS",
     "FileWorker",
+    "Replaced",
     "WorkerGoneError",
     "discard",
     "forget",
@@ -43,6 +47,17 @@ ANSWER_SECONDS = 10.0
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
 _BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import fileworker;raise SystemExit(fileworker.main())"
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
+_MAX_ANSWER = 8192  # a link's target is at most 4096 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """What `FileWorker.replace` did: `created`, `updated`, `link` (a symbolic link replaced), or did not:
+    `changed` (not the file `expect` named), `link-to-directory` (`target`), `not-regular` (`mode`)."""
+
+    outcome: str
+    target: str = ""
+    mode: int = 0
 
 
 class WorkerGoneError(Exception):
@@ -61,21 +76,22 @@ class FileWorker:
     def alive(self) -> bool:
         return not self.broken and not self.process.gone
 
-    def open(self, path: Path) -> tuple[int, bool]:
-        """Open `path` in the session's world: (an fd, whether it is open for reading). A regular file
-        (or /dev/null) comes open read-only; anything else as an O_PATH fd, for its kind to be named.
-        Blocking, bounded by `ANSWER_SECONDS`: call it from a worker thread.
+    def _ask(self, fields: list[bytes], fd: int = -1, seconds: float = ANSWER_SECONDS) -> tuple[list[bytes], list[int]]:
+        """Send one request (with `fd` attached) and take its answer: (fields, fds received).
 
         Raises:
-            OSError: the kernel refused inside the world (ENOENT, EACCES, ...).
-            WorkerGoneError: the worker is gone or stuck.
+            OSError: the kernel refused inside the world (`err` answer).
+            WorkerGoneError: the worker is gone, stuck or answered nonsense.
         """
+        body = b"".join(f + b"\0" for f in fields)
+        rights = [] if fd < 0 else [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
         with self.lock:
             if self.broken:
                 raise WorkerGoneError("the file worker stopped")
             try:
-                self.sock.sendmsg([b"open\0" + os.fsencode(path) + b"\0"])
-                data, ancillary, _, _ = self.sock.recvmsg(64, _FDS_SPACE, socket.MSG_CMSG_CLOEXEC)
+                self.sock.settimeout(seconds)
+                self.sock.sendmsg([body], rights)
+                data, ancillary, _, _ = self.sock.recvmsg(_MAX_ANSWER, _FDS_SPACE, socket.MSG_CMSG_CLOEXEC)
             except OSError as exc:  # TimeoutError included
                 self.broken = True
                 raise WorkerGoneError(f"the file worker did not answer ({exc.strerror or exc})") from None
@@ -85,16 +101,95 @@ class FileWorker:
                 found = array.array("i")
                 found.frombytes(payload[: len(payload) - len(payload) % found.itemsize])
                 fds.extend(found)
-        fields = data.split(b"\0")[:-1]
-        if fields[:1] == [b"ok"] and len(fields) == 2 and len(fds) == 1:
-            return fds[0], fields[1] == b"r"
-        for fd in fds:
-            os.close(fd)
-        if fields[:1] == [b"err"] and len(fields) == 2 and fields[1].isdigit():
-            number = int(fields[1])
+        answer = data.split(b"\0")[:-1]
+        if answer[:1] == [b"err"] and len(answer) == 2 and answer[1].isdigit():
+            for got in fds:
+                os.close(got)
+            number = int(answer[1])
             raise OSError(number, os.strerror(number))
+        if not answer:
+            self.broken = True
+            raise WorkerGoneError("it died")
+        return answer, fds
+
+    def _gibberish(self, fds: list[int]) -> WorkerGoneError:
+        for got in fds:
+            os.close(got)
         self.broken = True
-        raise WorkerGoneError("the file worker gave an answer omega does not understand" if data else "it died")
+        return WorkerGoneError("the file worker gave an answer omega does not understand")
+
+    def open(self, path: Path) -> tuple[int, bool]:
+        """Open `path` in the session's world: (an fd, whether it is open for reading). A regular file
+        (or /dev/null) comes open read-only; anything else as an O_PATH fd, for its kind to be named.
+        Blocking, bounded by `ANSWER_SECONDS`: call it from a worker thread.
+
+        Raises:
+            OSError: the kernel refused inside the world (ENOENT, EACCES, ...).
+            WorkerGoneError: the worker is gone or stuck.
+        """
+        answer, fds = self._ask([b"open", os.fsencode(path)])
+        if answer[0] == b"ok" and len(answer) == 2 and len(fds) == 1:
+            return fds[0], answer[1] == b"r"
+        raise self._gibberish(fds)
+
+    def open_leaf(self, path: Path, parent: Path) -> int | str:
+        """Open the file `path` for reading in the world without following it (edit), its directory
+        being really `parent` (in the world's terms): an fd, or the target of the link it is.
+
+        Raises:
+            OSError: refused or missing inside the world (EXDEV: the directory is elsewhere now).
+            WorkerGoneError: the worker is gone or stuck.
+        """
+        answer, fds = self._ask([b"leaf", os.fsencode(path), os.fsencode(parent)])
+        if answer[0] == b"ok" and len(fds) == 1:
+            return fds[0]
+        if answer[0] == b"link" and len(answer) == 2 and not fds:
+            return os.fsdecode(answer[1])
+        raise self._gibberish(fds)
+
+    def replace(
+        self, path: Path, parent: Path, data: bytes, *, create: bool, expect: os.stat_result | None
+    ) -> Replaced:
+        """Atomically make `path` a regular file holding `data`, in the world (`child/fileworker.py`).
+
+        `parent` is where `path`'s directory must really be (world terms); `create` makes missing
+        directories; `expect` (edit) replaces only the file that was read.
+
+        Raises:
+            OSError: the kernel refused inside the world (EACCES, EROFS, ENOENT, EXDEV, ...).
+            WorkerGoneError: the worker is gone or stuck.
+        """
+        content = os.memfd_create("omega-write", os.MFD_CLOEXEC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(content, view) :]
+            os.lseek(content, 0, os.SEEK_SET)
+            identity = b""
+            if expect is not None:
+                identity = b"%d:%d:%d:%d:%d" % (
+                    expect.st_dev,
+                    expect.st_ino,
+                    expect.st_size,
+                    expect.st_mtime_ns,
+                    expect.st_ctime_ns,
+                )
+            fields = [b"replace", os.fsencode(path), os.fsencode(parent), b"1" if create else b"0", identity]
+            # Writing and fsyncing a large file takes time: the bound grows with the size (10 MB/s).
+            answer, fds = self._ask(fields, content, ANSWER_SECONDS + len(data) / 10e6)
+        finally:
+            os.close(content)
+        if fds:
+            raise self._gibberish(fds)
+        if answer[0] == b"ok" and len(answer) == 2 and answer[1] in (b"created", b"updated", b"link"):
+            return Replaced(os.fsdecode(answer[1]))
+        if answer[0] == b"changed" and len(answer) == 1:
+            return Replaced("changed")
+        if answer[0] == b"link" and len(answer) == 2:
+            return Replaced("link-to-directory", os.fsdecode(answer[1]))
+        if answer[0] == b"notreg" and len(answer) == 2 and answer[1].isdigit():
+            return Replaced("not-regular", mode=int(answer[1]))
+        raise self._gibberish([])
 
     def close(self) -> None:
         self.broken = True
@@ -127,8 +222,11 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
             if key in _workers:
                 _workers.move_to_end(key)
         return known
+    # The worker's world grants what the file tools may write (`file_write_roots`): bash's roots plus
+    # those only the file tools have ($OMEGA_HOME); omega's checks still refuse its protected parts.
+    extra = tuple(r for r in policy.file_write_roots if r not in policy.bash_write_roots)
     try:
-        launch = bash_launch(policy, "")
+        launch = bash_launch(policy.with_write_roots(extra) if extra else policy, "")
     except SandboxUnavailableError:
         return None  # bash itself cannot run here: the path checks apply alone, as without a world
     if not launch.zygote:
@@ -146,7 +244,6 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         raise
     finally:
         theirs.close()
-    mine.settimeout(ANSWER_SECONDS)
     worker = FileWorker(process, mine)
     with _lock:
         current = _workers.get(key)

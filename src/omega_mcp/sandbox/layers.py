@@ -112,8 +112,9 @@ def _file_tools(sandbox: Mapping[str, Any]) -> str:
     if not sandbox.get("private_world"):
         return f"off: needs user namespaces ({alone})"
     return (
-        "on: read opens files inside the calling session's sandbox world, where its bash would; "
-        "write and edit keep the path checks in omega's process"
+        "on: read, write and edit do their file work inside the calling session's sandbox world, where its "
+        "bash would (omega's path checks still name what is refused); only a write the user approved is made "
+        "from omega's process"
     )
 
 

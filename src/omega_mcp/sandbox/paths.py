@@ -15,6 +15,8 @@ the same two ways, and in sandbox and rx modes the secrets of `SandboxPolicy.hid
 Where the calling session has a sandbox world, `open_readable` has its file worker open the path there
 (`fileworker_client.py`: the kernel resolves it as for that session's bash, so `/proc/<pid>/root` or a
 planted link leads nowhere bash could not go) and only checks the fd here, for the messages.
+Writes there are checked by `check_world_write` (the same refusals and messages as `open_write_parent`,
+plus the hidden secrets, which bash's world covers) and made by the worker in the directory found here.
 All functions here block: call them from a worker thread.
 """
 
@@ -47,11 +49,14 @@ __all__ = [
     "DEV_NULL",
     "MAX_PATH_BYTES",
     "ParentDir",
+    "WorldTarget",
     "check_read_fd",
+    "check_world_write",
     "describe_os_error",
     "not_regular_message",
     "open_readable",
     "open_write_parent",
+    "precheck_write",
     "remember_hidden",
     "resolve_path",
 ]
@@ -310,6 +315,97 @@ def open_write_parent(
         yield ParentDir(dir_fd=fd, name=path.name, path=path, real_path=real)
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class WorldTarget:
+    """A write target checked for the session's world: where its directory really is, in the world's
+    terms (what the file worker must find), and where the file is in omega's (the lock's key)."""
+
+    path: Path
+    world_parent: Path
+    real_path: Path
+
+
+def _hidden_write_reason(policy: SandboxPolicy, target: Path) -> str | None:
+    if policy.mode == "rwx":
+        return None
+    for hidden in policy.hidden:
+        if any(target.is_relative_to(alias) for alias in _aliases(hidden)):
+            return f"hidden from the tools by [sandbox] hide ({unhide_hint(hidden)}); bash cannot write it either"
+    return None
+
+
+def _in_world(policy: SandboxPolicy, real: Path) -> Path:
+    """`real` (omega's view) as the session's world names it: its private /tmp is `tmp_dir` there."""
+    private = policy.pinned_roots.get(policy.tmp_dir) if policy.private_tmp is not None else None
+    if private is not None and real.is_relative_to(private):
+        return Path(os.path.normpath(policy.tmp_dir)) / real.relative_to(private)
+    return real
+
+
+def precheck_write(policy: SandboxPolicy, path: Path) -> None:
+    """The refusals of a write that need no file system: the blocklist, hidden secrets, outside every root.
+
+    Raises:
+        PathDeniedError: refused (askable when only outside the roots).
+    """
+    _check_write_allowed(policy, path, path)
+    if (reason := _hidden_write_reason(policy, path)) is not None:
+        raise PathDeniedError(str(path), reason)
+    if path != Path("/"):
+        _pick_root(policy, path)
+
+
+def check_world_write(policy: SandboxPolicy, path: Path, *, create: bool) -> WorldTarget:
+    """Check a write that the session's file worker will make in its world: the same refusals, with
+    the same messages, as `open_write_parent`, without writing anything here (missing directories are
+    made by the worker). The worker then acts only if the directory still is `world_parent`.
+
+    Raises:
+        PathDeniedError: outside every write root (askable), escaping its root, on the blocklist, or hidden.
+        ToolError: the directory is missing without `create`, or not a directory.
+    """
+    _check_write_allowed(policy, path, path)
+    if (reason := _hidden_write_reason(policy, path)) is not None:
+        raise PathDeniedError(str(path), reason)
+    if path == Path("/"):
+        raise ToolError("cannot write to `/`: it is a directory")
+    root, alias = _pick_root(policy, path)
+    if path == alias:
+        raise ToolError(f"cannot write to {path}: it is a directory (a writable root)")
+    rel = path.relative_to(alias).parts[:-1]
+    depth = len(rel)
+    try:
+        root_fd = _open_root(policy, root, path, create=create)
+        try:
+            while True:
+                try:
+                    fd = open_beneath(root_fd, rel[:depth], contained=True, exact=False)
+                    break
+                except FileNotFoundError:
+                    if not create or depth == 0:
+                        raise
+                    depth -= 1
+        finally:
+            os.close(root_fd)
+    except FileNotFoundError:
+        raise ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)") from None
+    except NotADirectoryError:
+        raise ToolError(f"cannot use {path}: a component of {path.parent} is not a directory") from None
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.ELOOP):
+            raise _deny_escape(policy, path, root, exc) from None
+        raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
+    try:
+        parent = real_fd_path(fd, root.joinpath(*rel[:depth])).joinpath(*rel[depth:])
+    finally:
+        os.close(fd)
+    real = parent / path.name
+    _check_write_allowed(policy, real, path)
+    if (reason := _hidden_write_reason(policy, real)) is not None:
+        raise PathDeniedError(str(path), reason)
+    return WorldTarget(path=path, world_parent=_in_world(policy, parent), real_path=real)
 
 
 def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:

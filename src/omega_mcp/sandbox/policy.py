@@ -140,6 +140,14 @@ class SandboxPolicy:
         policy._pin(dict(self.pinned_roots))
         return policy
 
+    def with_write_roots(self, extra: tuple[Path, ...]) -> SandboxPolicy:
+        """This policy with `extra` added to `write_roots`, pinned where the originals were pinned (the
+        file tools' worker: its world grants what the file tools may write, `file_write_roots`)."""
+        policy = copy.copy(self)
+        object.__setattr__(policy, "write_roots", tuple(dict.fromkeys((*self.write_roots, *extra))))
+        policy._pin(dict(self.pinned_roots))
+        return policy
+
     @classmethod
     def from_config(
         cls, config: Config, *, mode: SandboxMode | None = None, workspace: Path | None = None
