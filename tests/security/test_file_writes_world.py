@@ -115,7 +115,7 @@ async def main():
         out = {{}}
         out["make"] = await call(box, "bash", {{"command": "echo SECRET-OF-A > /tmp/a-{tag}"}}, owner=a)
         mine = await call(box, "bash", {{"command": "true"}}, owner=b)
-        found = [p for p in (HOME / "tmp").rglob("a-{tag}")]
+        found = [p for p in (HOME / "clients").rglob("a-{tag}")]  # its client tree holds the private /tmp directories
         out["found"] = [str(p) for p in found]
         out["write"] = [await call(box, "write", {{"file_path": str(p), "content": "EVIL"}}, owner=b) for p in found]
         out["edit"] = [await call(box, "edit", {{"file_path": str(p), "old_string": "SECRET", "new_string": "EVIL"}},
