@@ -13,7 +13,10 @@ Each client runs N times against each entry:
   standalone  the entry `omega-mcp claude-config --standalone` writes (plain `claude-config` where
               there is no --standalone: `serve` was the only entry then);
   attach      the entry `claude-config` writes when omega has `attach`, after `omega-mcp hub start`
-              (the hub stays up for all the runs of every client, then `hub stop`).
+              (the hub stays up for all the runs of every client, then `hub stop`);
+and, when asked for, standalone-alwaysload (the standalone entry with `"alwaysLoad": true`, Claude Code
+only: it is a Claude Code key) and attach-cold (the attach entry with no hub running at each start: the
+window starts it; `hub stop` after each run).
 Claude Code: `claude -p PROMPT --mcp-config ENTRY.json --strict-mcp-config` against a fake Anthropic
 Messages API (ANTHROPIC_BASE_URL). Codex: `codex exec PROMPT` with a temporary CODEX_HOME whose
 config.toml names the fake Responses API as its model provider and the entry as `[mcp_servers.omega]`
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,7 @@ PACKAGES = {
 BUILTINS = ("bash", "read", "write", "edit", "bash_output", "kill_shell")
 DOWNSTREAM = ("time__get_current_time", "time__convert_time")
 PROMPT = "Say hello."
+ENTRIES = ("standalone", "attach", "standalone-alwaysload", "attach-cold")
 _INSIDE = "OMEGA_REAL_CLIENTS_INSIDE"
 
 
@@ -228,7 +233,9 @@ class Setting:
     api: FakeApi
     scratch: Path
     timeout: float
-    traffic: Path | None
+    traffic: Path | None = None
+    stop: Callable[[], object] | None = None
+    """Called after each run, before the sweep for what it left (attach-cold: `hub stop`)."""
 
 
 def _client_command(setting: Setting, home: Path, project: Path) -> tuple[list[str], dict[str, str]]:
@@ -290,6 +297,8 @@ def _one_run(setting: Setting, index: int, known: set[int]) -> Run:
         _judge_inspector(run, out)
     else:
         _judge_requests(run, requests, start)
+    if setting.stop is not None:
+        setting.stop()
     run.orphans = len(_sweep(known))
     if setting.traffic is not None:
         _keep(setting.traffic, run, requests, err)
@@ -393,70 +402,108 @@ def _versions(npm_dir: Path, clients: list[str]) -> dict[str, str]:
     return versions
 
 
-def _hub(omega: str, action: str, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    command = [omega, "hub", action, "--config", str(config)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, env=env)
+@dataclass
+class Bench:
+    """What every run of one invocation shares."""
+
+    args: argparse.Namespace
+    omega: str
+    config: Path
+    env: dict[str, str]
+    """omega's environment (OMEGA_HOME in the scratch directory)."""
+    api: FakeApi
+    scratch: Path
+    traffic: Path | None
+    clients: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def hub(self, action: str) -> subprocess.CompletedProcess[str]:
+        command = [self.omega, "hub", action, "--config", str(self.config)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False, env=self.env)
+
+    def entries(self, project: Path) -> dict[str, dict[str, Any]]:
+        """The entries to measure, as this omega's claude-config writes them."""
+        standalone = ["--standalone"] if "--standalone" in _omega_help(self.omega, "claude-config") else []
+        has_attach = re.search(r"^\s+attach\s", _omega_help(self.omega), re.M) is not None
+        entries: dict[str, dict[str, Any]] = {}
+        for name in self.args.entries:
+            if name.startswith("standalone"):
+                entries[name] = _entry(self.omega, self.config, project, standalone, self.env)
+                if name == "standalone-alwaysload":
+                    entries[name]["alwaysLoad"] = True
+            elif has_attach:
+                entries[name] = _entry(self.omega, self.config, project, [], self.env)
+            else:
+                self.notes.append(f"this omega has no `attach` command: the {name} entry is not measured")
+        if not standalone and any(name.startswith("standalone") for name in entries):
+            self.notes.append(
+                "this omega's claude-config has no --standalone: the standalone entry is its plain output"
+            )
+        return entries
+
+    def measure(self, entry_name: str, entry: dict[str, Any]) -> list[Run]:
+        """Every client's runs with one entry: `attach` after `hub start` (stopped after the last run),
+        `attach-cold` with no hub at each start (the window starts it; stopped after each run)."""
+        runs: list[Run] = []
+        if entry_name == "attach":
+            started = self.hub("start")
+            if started.returncode != 0:
+                self.notes.append(f"hub start failed (exit {started.returncode}): {started.stderr.strip()[-300:]}")
+                return runs
+        if entry_name == "attach-cold":
+            self.hub("stop")
+        known = set(_children_of_init())
+        stop = (lambda: self.hub("stop")) if entry_name == "attach-cold" else None
+        clients = [c for c in self.clients if c == "claude" or entry_name != "standalone-alwaysload"]
+        try:
+            for client in clients:
+                binary = Path(self.args.npm_dir) / "node_modules" / ".bin" / PACKAGES[client][1]
+                timeout = self.args.timeout
+                setting = Setting(
+                    client, binary, entry_name, entry, self.api, self.scratch, timeout, self.traffic, stop
+                )
+                for index in range(1, self.args.runs + 1):
+                    run = _one_run(setting, index, known)
+                    runs.append(run)
+                    print(_details([run]), file=sys.stderr, flush=True)
+        finally:
+            if entry_name.startswith("attach"):
+                stopped = self.hub("stop")
+                left = _sweep(known, grace=10.0)
+                if entry_name == "attach" and stopped.returncode != 0:
+                    self.notes.append(f"hub stop exited {stopped.returncode}: {stopped.stderr.strip()[-200:]}")
+                if left:
+                    self.notes.append(f"left running after `hub stop` ({entry_name}), killed: {left}")
+        return runs
 
 
 def _inside(args: argparse.Namespace, skipped: dict[str, str]) -> int:
     _loopback_only()
     omega = args.omega or str(ROOT / ".venv" / "bin" / "omega-mcp")
-    clients = [client for client in args.clients if client not in skipped]
-    npm_dir = Path(args.npm_dir)
     scratch = Path(tempfile.mkdtemp(prefix="omega-real-clients-"))
     traffic = Path(args.traffic) if args.traffic else None
     if traffic is not None:
         traffic.mkdir(parents=True, exist_ok=True)
     home = scratch / "omega-home"
-    env = {**os.environ, "OMEGA_HOME": str(home)}
-    env.pop(_INSIDE, None)
-    env.pop("OMEGA_CONFIG", None)
     os.environ.update(OMEGA_HOME=str(home))
     os.environ.pop("OMEGA_CONFIG", None)
-    config = _example_config(scratch)
+    env = {key: value for key, value in os.environ.items() if key != _INSIDE}
     project = scratch / "project"
     project.mkdir()
-    standalone = ["--standalone"] if "--standalone" in _omega_help(omega, "claude-config") else []
-    has_attach = re.search(r"^\s+attach\s", _omega_help(omega), re.M) is not None
-    entries: dict[str, dict[str, Any]] = {}
-    notes: list[str] = []
-    if "standalone" in args.entries:
-        entries["standalone"] = _entry(omega, config, project, standalone, env)
-        if not standalone:
-            notes.append("this omega's claude-config has no --standalone: the standalone entry is its plain output")
-    if "attach" in args.entries:
-        if has_attach:
-            entries["attach"] = _entry(omega, config, project, [], env)
-        else:
-            notes.append("this omega has no `attach` command: the attach entry is not measured")
     api = FakeApi()
+    clients = [client for client in args.clients if client not in skipped]
+    bench = Bench(args, omega, _example_config(scratch), env, api, scratch, traffic, clients)
     runs: list[Run] = []
     load = os.getloadavg()
     try:
+        entries = bench.entries(project)
         for entry_name, entry in entries.items():
-            if entry_name == "attach":
-                started = _hub(omega, "start", config, env)
-                if started.returncode != 0:
-                    notes.append(f"hub start failed (exit {started.returncode}): {started.stderr.strip()[-300:]}")
-                    continue
-            known = set(_children_of_init())
-            try:
-                for client in clients:
-                    binary = npm_dir / "node_modules" / ".bin" / PACKAGES[client][1]
-                    setting = Setting(client, binary, entry_name, entry, api, scratch, args.timeout, traffic)
-                    for index in range(1, args.runs + 1):
-                        run = _one_run(setting, index, known)
-                        runs.append(run)
-                        print(_details([run]), file=sys.stderr, flush=True)
-            finally:
-                if entry_name == "attach":
-                    _hub(omega, "stop", config, env)
-                    _sweep(set(), grace=10.0)
+            runs += bench.measure(entry_name, entry)
     finally:
         api.close()
-    versions = _versions(npm_dir, args.clients)
+    versions = _versions(Path(args.npm_dir), args.clients)
     if args.json:
-        report = {"versions": versions, "skipped": skipped, "notes": notes, "entries": entries,
+        report = {"versions": versions, "skipped": skipped, "notes": bench.notes, "entries": entries,
                   "load": load, "runs": [asdict(run) for run in runs]}  # fmt: skip
         print(json.dumps(report, indent=2))
     else:
@@ -464,7 +511,7 @@ def _inside(args: argparse.Namespace, skipped: dict[str, str]) -> int:
         print(f"load average at the start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} CPUs)")
         for client, why in skipped.items():
             print(f"skipped {client}: {why}")
-        for note in notes:
+        for note in bench.notes:
             print(f"note: {note}")
         for name, entry in entries.items():
             print(f"entry {name}: {json.dumps(entry)}")
@@ -487,7 +534,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="runs per client and entry (default 10)")
     parser.add_argument("--clients", default="claude,codex,inspector", help="comma-separated: claude, codex, inspector")
-    parser.add_argument("--entries", default="standalone,attach", help="comma-separated: standalone, attach")
+    parser.add_argument(
+        "--entries",
+        default="standalone,attach",
+        help=f"comma-separated, of: {', '.join(ENTRIES)} (default: %(default)s)",
+    )
     parser.add_argument("--npm-dir", help="where npm installs the clients (default: a temporary directory)")
     parser.add_argument("--omega", help="the omega-mcp executable (default: this checkout's .venv/bin/omega-mcp)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a client run is killed")
@@ -497,7 +548,7 @@ def main() -> int:
     args.clients = [client.strip() for client in args.clients.split(",") if client.strip()]
     args.entries = [entry.strip() for entry in args.entries.split(",") if entry.strip()]
     unknown = [c for c in args.clients if c not in PACKAGES]
-    unknown += [e for e in args.entries if e not in ("standalone", "attach")]
+    unknown += [e for e in args.entries if e not in ENTRIES]
     if unknown or args.runs < 1:
         parser.error(f"unknown client or entry {unknown}" if unknown else "--runs must be at least 1")
     if _INSIDE in os.environ:
