@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -180,6 +181,11 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that drops a kept-alive connection when it exits is no error; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 class FakeApi:

@@ -26,7 +26,8 @@ tools/list`. Every run has its own HOME and is bounded (the client's process gro
 Printed per client and entry: runs, how many first model requests (for the Inspector: the one
 `tools/list`) had all six built-ins, a downstream (`time`) tool, both; and the time from spawning the
 client to its first model request (Inspector: to its exit). `--traffic DIR` keeps every run's requests
-and the client's stderr.
+and the client's stderr; `--wire` puts bench/wiretap.py between client and omega and prints each run's
+MCP conversation in short (which requests, answered when, with how many tools).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class Run:
     model_requests: int = 0
     other_paths: list[str] = field(default_factory=list)
     orphans: int = 0
+    wire: str = ""
+    """With --wire: the MCP messages between the client and omega, with times from the spawn."""
     note: str = ""
 
 
@@ -234,6 +237,7 @@ class Setting:
     scratch: Path
     timeout: float
     traffic: Path | None = None
+    wire: bool = False
     stop: Callable[[], object] | None = None
     """Called after each run, before the sweep for what it left (attach-cold: `hub stop`)."""
 
@@ -242,8 +246,12 @@ def _client_command(setting: Setting, home: Path, project: Path) -> tuple[list[s
     env = {key: value for key, value in os.environ.items() if not key.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_"))}
     env.pop(_INSIDE, None)
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
+    entry = dict(setting.entry)
+    if setting.wire:
+        tap = [str(Path(__file__).resolve().with_name("wiretap.py")), str(home / "wire.jsonl"), "--"]
+        entry.update(command=sys.executable, args=[*tap, entry["command"], *entry["args"]])
     entry_file = home / "mcp.json"
-    entry_file.write_text(json.dumps({"mcpServers": {"omega": setting.entry}}, indent=2))
+    entry_file.write_text(json.dumps({"mcpServers": {"omega": entry}}, indent=2))
     if setting.client == "claude":
         env.update(ANTHROPIC_BASE_URL=setting.api.url, ANTHROPIC_API_KEY="sk-ant-fake-key-for-a-local-test")
         command = [str(setting.binary), "-p", PROMPT, "--mcp-config", str(entry_file), "--strict-mcp-config"]
@@ -256,7 +264,7 @@ def _client_command(setting: Setting, home: Path, project: Path) -> tuple[list[s
             "[model_providers.fake]", 'name = "fake"', f'base_url = "{setting.api.url}/v1"',
             'wire_api = "responses"', 'env_key = "FAKE_OPENAI_API_KEY"', "request_max_retries = 0",
             "stream_max_retries = 0", "", "[mcp_servers.omega]",
-            f"command = {json.dumps(setting.entry['command'])}", f"args = {json.dumps(setting.entry['args'])}",
+            f"command = {json.dumps(entry['command'])}", f"args = {json.dumps(entry['args'])}",
             "startup_timeout_sec = 30", "tool_timeout_sec = 600",
         ]  # fmt: skip
         if setting.entry.get("env"):
@@ -297,6 +305,8 @@ def _one_run(setting: Setting, index: int, known: set[int]) -> Run:
         _judge_inspector(run, out)
     else:
         _judge_requests(run, requests, start)
+    if setting.wire:
+        run.wire = _wire_summary(home / "wire.jsonl", start)
     if setting.stop is not None:
         setting.stop()
     run.orphans = len(_sweep(known))
@@ -334,6 +344,35 @@ def _judge_inspector(run: Run, out: bytes) -> None:
     if run.tools and run.rc == 0:
         run.first_request_s = run.seconds
     _judge(run)
+
+
+def _wire_summary(log: Path, start: float) -> str:
+    """The MCP conversation in short: each request, when it was answered (how, with how many tools)."""
+    try:
+        messages = [json.loads(line) for line in log.read_text().splitlines()]
+    except (OSError, ValueError):
+        return "no wire log"
+    asked: dict[Any, dict[str, Any]] = {}
+    parts: list[str] = []
+    for message in messages:
+        at = f"{message['at'] - start:.2f}s"
+        method = message.get("method")
+        if message["dir"] == "in" and "id" in message and method:
+            asked[message["id"]] = message
+        elif message["dir"] == "out" and "id" in message and message["id"] in asked:
+            request = asked.pop(message["id"])
+            how = (
+                f"error {message['error']}"
+                if "error" in message
+                else f"{message['tools']} tools"
+                if "tools" in message
+                else "ok"
+            )
+            parts.append(f"{request['method']} ({message['at'] - request['at']:.2f}s) {how} @{at}")
+        elif method and "id" not in message and method != "notifications/message":
+            parts.append(f"{message['dir']} {method} @{at}")
+    parts += [f"{request['method']} unanswered" for request in asked.values()]
+    return "; ".join(parts[:12])
 
 
 def _keep(traffic: Path, run: Run, requests: list[Request], err: bytes) -> None:
@@ -387,6 +426,8 @@ def _details(runs: list[Run]) -> str:
             f"model_requests={run.model_requests} "
             f"other={','.join(run.other_paths) or '-'} {run.note}"
         )
+        if run.wire:
+            lines.append(f"    wire: {run.wire}")
     return "\n".join(lines)
 
 
@@ -458,10 +499,8 @@ class Bench:
         try:
             for client in clients:
                 binary = Path(self.args.npm_dir) / "node_modules" / ".bin" / PACKAGES[client][1]
-                timeout = self.args.timeout
-                setting = Setting(
-                    client, binary, entry_name, entry, self.api, self.scratch, timeout, self.traffic, stop
-                )
+                setting = Setting(client, binary, entry_name, entry, self.api, self.scratch, self.args.timeout)
+                setting.traffic, setting.stop, setting.wire = self.traffic, stop, self.args.wire
                 for index in range(1, self.args.runs + 1):
                     run = _one_run(setting, index, known)
                     runs.append(run)
@@ -543,6 +582,9 @@ def main() -> int:
     parser.add_argument("--omega", help="the omega-mcp executable (default: this checkout's .venv/bin/omega-mcp)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a client run is killed")
     parser.add_argument("--traffic", metavar="DIR", help="keep each run's requests and the client's stderr here")
+    parser.add_argument(
+        "--wire", action="store_true", help="log the MCP messages between each client and omega (bench/wiretap.py)"
+    )
     parser.add_argument("--json", action="store_true", help="print every run as JSON instead of the tables")
     args = parser.parse_args()
     args.clients = [client.strip() for client in args.clients.split(",") if client.strip()]
