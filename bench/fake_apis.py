@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 REPLY = "hello"
 
@@ -116,7 +116,6 @@ def _responses_stream(model: str) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -149,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = self._read()
         path = request.path.split("?", 1)[0]
         model_request = is_model_request(request)
-        self.server.recorder.add(request, model=model_request)
+        cast("_Server", self.server).recorder.add(request, model=model_request)
         body = request.body if isinstance(request.body, dict) else {}
         model = str(body.get("model") or "fake-model")
         if request.method == "POST" and path.endswith("/messages/count_tokens"):

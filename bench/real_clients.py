@@ -16,7 +16,8 @@ Each client runs N times against each entry:
               (the hub stays up for all the runs of every client, then `hub stop`);
 and, when asked for, standalone-alwaysload (the standalone entry with `"alwaysLoad": true`, Claude Code
 only: it is a Claude Code key) and attach-cold (the attach entry with no hub running at each start: the
-window starts it; `hub stop` after each run).
+window starts it; `hub stop` after each run) and none (no MCP server at all: the client's own time to its
+first request, the floor; Claude Code and Codex).
 Claude Code: `claude -p PROMPT --mcp-config ENTRY.json --strict-mcp-config` against a fake Anthropic
 Messages API (ANTHROPIC_BASE_URL). Codex: `codex exec PROMPT` with a temporary CODEX_HOME whose
 config.toml names the fake Responses API as its model provider and the entry as `[mcp_servers.omega]`
@@ -64,7 +65,7 @@ PACKAGES = {
 BUILTINS = ("bash", "read", "write", "edit", "bash_output", "kill_shell")
 DOWNSTREAM = ("time__get_current_time", "time__convert_time")
 PROMPT = "Say hello."
-ENTRIES = ("standalone", "attach", "standalone-alwaysload", "attach-cold")
+ENTRIES = ("standalone", "attach", "standalone-alwaysload", "attach-cold", "none")
 _INSIDE = "OMEGA_REAL_CLIENTS_INSIDE"
 
 
@@ -123,7 +124,8 @@ def _reenter(npm_dir: Path, skipped: dict[str, str]) -> int:
         print("real_clients: needs unshare (util-linux) to run the clients without a network", file=sys.stderr)
         return 2
     userns = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
-    command = ["unshare", *userns, "--net", "--pid", "--fork", "--mount", "--mount-proc", "--"]
+    # --kill-child: the namespace's init (this script inside), and so every process in it, goes when unshare does.
+    command = ["unshare", *userns, "--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--"]
     command += [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
     env = {**os.environ, _INSIDE: json.dumps({"skipped": skipped, "npm_dir": str(npm_dir)})}
     return subprocess.run(command, env=env, check=False).returncode
@@ -247,11 +249,11 @@ def _client_command(setting: Setting, home: Path, project: Path) -> tuple[list[s
     env.pop(_INSIDE, None)
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), XDG_CACHE_HOME=str(home / ".cache"))
     entry = dict(setting.entry)
-    if setting.wire:
+    if setting.wire and entry:
         tap = [str(Path(__file__).resolve().with_name("wiretap.py")), str(home / "wire.jsonl"), "--"]
         entry.update(command=sys.executable, args=[*tap, entry["command"], *entry["args"]])
     entry_file = home / "mcp.json"
-    entry_file.write_text(json.dumps({"mcpServers": {"omega": entry}}, indent=2))
+    entry_file.write_text(json.dumps({"mcpServers": {"omega": entry} if entry else {}}, indent=2))
     if setting.client == "claude":
         env.update(ANTHROPIC_BASE_URL=setting.api.url, ANTHROPIC_API_KEY="sk-ant-fake-key-for-a-local-test")
         command = [str(setting.binary), "-p", PROMPT, "--mcp-config", str(entry_file), "--strict-mcp-config"]
@@ -263,12 +265,13 @@ def _client_command(setting: Setting, home: Path, project: Path) -> tuple[list[s
             'model = "gpt-5-codex"', 'model_provider = "fake"', "",
             "[model_providers.fake]", 'name = "fake"', f'base_url = "{setting.api.url}/v1"',
             'wire_api = "responses"', 'env_key = "FAKE_OPENAI_API_KEY"', "request_max_retries = 0",
-            "stream_max_retries = 0", "", "[mcp_servers.omega]",
-            f"command = {json.dumps(entry['command'])}", f"args = {json.dumps(entry['args'])}",
-            "startup_timeout_sec = 30", "tool_timeout_sec = 600",
+            "stream_max_retries = 0", "",
         ]  # fmt: skip
-        if setting.entry.get("env"):
-            pairs = ", ".join(f"{key} = {json.dumps(value)}" for key, value in setting.entry["env"].items())
+        if entry:
+            lines += ["[mcp_servers.omega]", f"command = {json.dumps(entry['command'])}"]
+            lines += [f"args = {json.dumps(entry['args'])}", "startup_timeout_sec = 30", "tool_timeout_sec = 600"]
+        if entry.get("env"):
+            pairs = ", ".join(f"{key} = {json.dumps(value)}" for key, value in entry["env"].items())
             lines.append(f"env = {{ {pairs} }}")
         (codex_home / "config.toml").write_text("\n".join(lines) + "\n")
         env.update(CODEX_HOME=str(codex_home), FAKE_OPENAI_API_KEY="fake-key-for-a-local-test")
@@ -468,7 +471,9 @@ class Bench:
         has_attach = re.search(r"^\s+attach\s", _omega_help(self.omega), re.M) is not None
         entries: dict[str, dict[str, Any]] = {}
         for name in self.args.entries:
-            if name.startswith("standalone"):
+            if name == "none":
+                entries[name] = {}
+            elif name.startswith("standalone"):
                 entries[name] = _entry(self.omega, self.config, project, standalone, self.env)
                 if name == "standalone-alwaysload":
                     entries[name]["alwaysLoad"] = True
@@ -496,6 +501,7 @@ class Bench:
         known = set(_children_of_init())
         stop = (lambda: self.hub("stop")) if entry_name == "attach-cold" else None
         clients = [c for c in self.clients if c == "claude" or entry_name != "standalone-alwaysload"]
+        clients = [c for c in clients if c != "inspector" or entry_name != "none"]
         try:
             for client in clients:
                 binary = Path(self.args.npm_dir) / "node_modules" / ".bin" / PACKAGES[client][1]
