@@ -19,6 +19,7 @@ from omega_mcp.sandbox import zygote_client
 from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 BOUND_SECONDS = 20.0
 
@@ -42,7 +43,7 @@ async def run_async(policy: SandboxPolicy, command: str, bound_seconds: float = 
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(pump)
-            with anyio.fail_after(bound_seconds):
+            with deadline(bound_seconds):
                 code = await process.wait()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)  # leftovers too (they may hold the pipe)

@@ -22,6 +22,7 @@ from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import OmegaServer, build_server
 from omega_mcp.toolbox import Toolbox
+from waits import deadline, until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ECHO_SERVER = FIXTURES / "echo_server.py"
@@ -102,15 +103,13 @@ async def hub(
 
 async def wait_until(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
     """Poll a condition with a bound (for process-level state that has no event to wait on)."""
-    with anyio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - process state has no event to wait on
-            await anyio.sleep(0.02)
+    await until(predicate, "the condition", seconds)
 
 
 async def listed(client: mcp.Client, *names: str, seconds: float = 30.0) -> list[str]:
     """The client's tool names once they include `names`: `serve` answers tools/list at once with the
     servers that are ready, and the others arrive later (bounded wait, polling the list)."""
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         while True:
             found = [t.name for t in (await client.list_tools()).tools]
             if set(names) <= set(found):
@@ -159,7 +158,7 @@ class Notifications:
             self.changed.set()
 
     async def next(self, seconds: float = 10.0) -> None:
-        with anyio.fail_after(seconds):
+        with deadline(seconds):
             await self.changed.wait()
         self.changed = anyio.Event()
 

@@ -16,6 +16,7 @@ from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.server.stdio import serve_streams
 from omega_mcp.wire.pipes import PipeReader, PipeWriter
+from waits import deadline
 
 
 @asynccontextmanager
@@ -49,7 +50,7 @@ async def pipe_client(
                 yield client
             os.close(to_server_w)  # EOF: the server's session ends as with a real client going away
             open_fds.discard(to_server_w)
-            with anyio.fail_after(10):
+            with deadline(10):
                 await served.wait()
     finally:
         for fd in open_fds:

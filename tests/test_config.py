@@ -125,7 +125,7 @@ def test_a_server_with_an_unset_variable_and_a_structural_error_is_still_a_confi
         load_config(path, environ={})
     assert str(info.value) == f"{path}: servers.a.bogus: unknown key; the known keys are " + (
         "command, args, env, cwd, url, headers, enabled, timeout, connect_timeout, tools, exclude_tools, "
-        "sandbox, era, share, auth, client_id, client_secret_env, scopes, client_metadata_url"
+        "sandbox, era, share, pin, auth, client_id, client_secret_env, scopes, client_metadata_url"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 
 import anyio
 
@@ -36,7 +37,7 @@ def scaled(seconds: float) -> float:
     return seconds * FACTOR
 
 
-def deadline(seconds: float) -> anyio.CancelScope:
+def deadline(seconds: float) -> AbstractContextManager[anyio.CancelScope]:
     """`anyio.fail_after` with the bound scaled: fails the test (TimeoutError) instead of hanging."""
     return anyio.fail_after(scaled(seconds))
 

@@ -9,9 +9,10 @@ has no lazy import a checker understands), and `tests/test_public_api.py` fails 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from omega_mcp.version import __version__ as __version__
+
+TYPE_CHECKING = False  # `typing` is not imported at run time: `attach` (one per window) never pays for it
 
 _EXPORTS = {
     "Config": "omega_mcp.config",
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from omega_mcp.toolbox import Toolbox as Toolbox
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

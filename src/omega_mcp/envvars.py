@@ -4,7 +4,8 @@ Only `[servers.NAME]` entries are expanded (`expand_entry`, by `config.load_conf
 on its own; an unset variable without a default is left as written and reported with its key,
 so the one server using it is marked failed and the others still start. `${OMEGA_PYTHON}` is the
 Python running omega unless the environment sets it, so an entry can run a server installed next
-to omega. `import` uses `unset_variables` to warn before the server ever starts.
+to omega. `${OMEGA_SESSION_DIR}` is kept as written: a `share = "session"` server's process gets its
+session's own directory there. `import` uses `unset_variables` to warn before the server ever starts.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import cast
 from omega_mcp.errors import ConfigError
 from omega_mcp.narrow import object_or_none
 
-__all__ = ["expand_entry", "expand_vars", "has_reference", "unset_variables"]
+__all__ = ["SESSION_DIR_VARIABLE", "expand_entry", "expand_vars", "has_reference", "unset_variables"]
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _OMEGA_PYTHON = "OMEGA_PYTHON"
+SESSION_DIR_VARIABLE = "OMEGA_SESSION_DIR"
+"""Left as written at load time: a `share = "session"` process gets its own directory there (proxy/pool.py)."""
 
 
 def has_reference(text: str) -> bool:
@@ -34,6 +37,8 @@ def _substitute(value: str, environ: Mapping[str, str], unset: Callable[[str], N
 
     def sub(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
+        if name == SESSION_DIR_VARIABLE:
+            return match.group(0)  # each session's own directory, expanded when its process starts
         found = environ.get(name)
         if name == _OMEGA_PYTHON and not found:
             found = sys.executable or found

@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from waits import until_sync
 
 KEYS = {
     "openai": "OPENAI_API_KEY",
@@ -163,10 +164,7 @@ def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def wait_for(predicate: Callable[[], bool], seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
+    until_sync(predicate, "the condition", seconds, interval=0.05)
 
 
 def processes_with(marker: str) -> list[int]:

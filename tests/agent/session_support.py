@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from waits import until_sync
+
 KEY = "sk-omega-session-test-4f1c2e"
 """The API key the CLI gets: it must never show up in a saved session."""
 
@@ -260,8 +262,4 @@ class Terminal:
 
 
 def wait_until(predicate: Callable[[], bool], seconds: float = 20, what: str = "condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    until_sync(predicate, what, seconds, interval=0.05)

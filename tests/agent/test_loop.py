@@ -25,6 +25,7 @@ from omega_mcp.messages import (
 )
 from omega_mcp.providers.openai import OpenAIProvider
 from omega_mcp.providers.scripted import ScriptedProvider, ScriptedRequest, call, reply, turns
+from waits import deadline
 
 Handler = Callable[[dict[str, Any]], Awaitable[types.CallToolResult]]
 
@@ -95,12 +96,12 @@ async def test_several_calls_in_one_turn_run_concurrently_and_results_keep_call_
 
     async def slow(arguments: dict[str, Any]) -> types.CallToolResult:
         first_started.set()
-        with anyio.fail_after(5):  # deadlocks (and fails) unless `fast` runs meanwhile
+        with deadline(5):  # deadlocks (and fails) unless `fast` runs meanwhile
             await second_finished.wait()
         return text_result("slow done")
 
     async def fast(arguments: dict[str, Any]) -> types.CallToolResult:
-        with anyio.fail_after(5):
+        with deadline(5):
             await first_started.wait()
         second_finished.set()
         return text_result("fast done")

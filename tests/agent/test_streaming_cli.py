@@ -26,6 +26,7 @@ from omega_mcp.agent.output import streams_live, usage_line
 from omega_mcp.config import Config
 from omega_mcp.messages import AssistantMessage, Message, ModelResponse, TextPart, ToolSpec, Usage
 from omega_mcp.providers.scripted import ScriptedProvider, call, reply, turns
+from waits import deadline
 
 SETTINGS = AgentSettings("scripted", "m", "http://127.0.0.1:1", None, None, 10, None, None)
 USAGE = re.compile(r"omega-mcp agent: (\d+) turns?, ([\d,]+) in( \((.*)\))? / ([\d,]+) out(, \$[\d.]+)?, \d+\.\d s")
@@ -129,7 +130,7 @@ async def test_streamed_text_reaches_stdout_before_the_turn_ends_and_is_not_prin
         )
         codes.append(outcome.code)
 
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as group:
             group.start_soon(run)
             await provider.waiting.wait()

@@ -38,8 +38,9 @@ def test_the_default_prompt_names_workspace_mode_write_roots_network_date_and_to
     text = default_system_prompt(policy(tmp_path), today=DAY)
     assert f"Workspace: {tmp_path / 'ws'}. Relative paths in tool arguments resolve against it" in text
     assert "Sandbox mode: sandbox." in text
-    assert f"may write only beneath {tmp_path / 'ws'}, {tmp_path / 'home'}, /tmp, {tmp_path / 'extra'};" in text
-    assert f"bash may write only beneath {tmp_path / 'ws'}, {tmp_path / 'home' / 'scratch'}, /tmp" in text
+    tree = tmp_path / "home" / "clients" / "@hub"  # the client's own tree, not all of $OMEGA_HOME
+    assert f"may write only beneath {tmp_path / 'ws'}, {tree}, /tmp, {tmp_path / 'extra'};" in text
+    assert f"bash may write only beneath {tmp_path / 'ws'}, {tree / 'scratch'}, /tmp" in text
     assert "bash has no network access" in text
     assert "Today's date: 2026-03-14." in text
     assert "mcp__<server>__<tool>" in text

@@ -28,6 +28,7 @@ from session_support import Fake, Terminal, cli, run, start_fake, stop_fakes, to
 from omega_mcp.agent.approve import ApprovingTools, TerminalApprover, approving_tools, question
 from omega_mcp.errors import PathDeniedError, ToolError
 from omega_mcp.sandbox.approvals import ApprovalRequest, Approver
+from waits import deadline
 
 ENDING = "[o]nce / [s]ession / [d]eny"
 CANCELED = "Operation canceled by user"
@@ -155,7 +156,7 @@ class Screen(io.StringIO):
         return super().write(text)
 
     async def questions(self, count: int) -> None:
-        with anyio.fail_after(10):
+        with deadline(10):
             while self.getvalue().count(ENDING) < count:
                 self._written = anyio.Event()
                 await self._written.wait()
@@ -174,7 +175,7 @@ async def answer(approver: TerminalApprover, out: Screen, master: int, keys: byt
         except ToolError as exc:
             outcome.append(str(exc))
 
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as group:
             group.start_soon(ask)
             await until_asked(out)
@@ -232,7 +233,7 @@ async def test_a_path_approved_for_the_session_is_not_asked_again(pty_pair) -> N
     out = Screen()
     approver = TerminalApprover(slave, out)
     assert await answer(approver, out, master, b"s") is True
-    with anyio.fail_after(5):
+    with deadline(5):
         assert await approver.ask("write", REQUEST) is True
     assert out.getvalue().count(ENDING) == 1
 
@@ -267,7 +268,7 @@ async def test_an_unanswered_question_is_a_denial_and_the_terminal_is_restored(p
     _master, slave = pty_pair
     out = Screen()
     before = termios.tcgetattr(slave)
-    with anyio.fail_after(10), pytest.raises(ToolError, match=CANCELED):
+    with deadline(10), pytest.raises(ToolError, match=CANCELED):
         await TerminalApprover(slave, out, ask_seconds=0.2).ask("write", REQUEST)
     assert "no answer, denied" in out.getvalue()
     assert termios.tcgetattr(slave) == before

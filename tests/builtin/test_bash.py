@@ -21,6 +21,7 @@ from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.child.exec import LINGER_SECONDS
 from omega_mcp.sandbox.launch import BashLaunch
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 
 @pytest.fixture(params=["sandbox", "rwx"])
@@ -56,7 +57,7 @@ def _text(result: types.CallToolResult) -> str:
 
 
 async def _bash(policy: SandboxPolicy, shells: ShellRegistry, command: str, **kw: object) -> types.CallToolResult:
-    with anyio.fail_after(30):
+    with deadline(30):
         return await run_bash(policy, BashArgs.model_validate({"command": command, **kw}), shells)
 
 
@@ -126,7 +127,7 @@ async def test_background_child_does_not_hang_the_call_and_is_killed(
 ) -> None:
     marker = markers()
     command = f"{started_sleep(marker)}; echo parent done"
-    with anyio.fail_after(6):
+    with deadline(6):
         result = await _bash(policy, shells, command)
     text = _text(result)
     assert not result.is_error

@@ -7,7 +7,6 @@ import re
 import tracemalloc
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import types
 
@@ -16,6 +15,7 @@ from omega_mcp.builtin.read import read_file
 from omega_mcp.builtin.schemas import ReadArgs
 from omega_mcp.errors import InvalidArgumentsError, ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 CHUNK_BYTES = 4096
 """The read chunk size the chunk-boundary tests set (above one 2,000-character line)."""
@@ -30,7 +30,7 @@ def _text(result: types.CallToolResult) -> str:
 
 
 async def _read(policy: SandboxPolicy, file_path: str | Path, **kwargs: int) -> str:
-    with anyio.fail_after(10):
+    with deadline(10):
         return _text(await read_file(policy, ReadArgs(file_path=str(file_path), **kwargs)))
 
 
@@ -217,29 +217,29 @@ async def test_read_offset_past_the_end_reports_the_line_count(policy: SandboxPo
 
 
 async def test_read_of_a_directory_is_a_clear_error(policy: SandboxPolicy) -> None:
-    with anyio.fail_after(1), pytest.raises(ToolError, match=r"not a regular file: .* is a directory"):
+    with deadline(1), pytest.raises(ToolError, match=r"not a regular file: .* is a directory"):
         await read_file(policy, ReadArgs(file_path=str(policy.workspace)))
 
 
 async def test_read_of_a_fifo_is_refused_without_blocking(policy: SandboxPolicy) -> None:
     os.mkfifo(policy.workspace / "pipe")
-    with anyio.fail_after(1), pytest.raises(ToolError, match="FIFO"):
+    with deadline(1), pytest.raises(ToolError, match="FIFO"):
         await read_file(policy, ReadArgs(file_path="pipe"))
 
 
 async def test_read_of_a_character_device_is_refused(policy: SandboxPolicy) -> None:
-    with anyio.fail_after(1), pytest.raises(ToolError, match="character device"):
+    with deadline(1), pytest.raises(ToolError, match="character device"):
         await read_file(policy, ReadArgs(file_path="/dev/zero"))
 
 
 async def test_read_of_a_symlink_to_a_device_is_refused(policy: SandboxPolicy) -> None:
     (policy.workspace / "zero").symlink_to("/dev/zero")
-    with anyio.fail_after(1), pytest.raises(ToolError, match="character device"):
+    with deadline(1), pytest.raises(ToolError, match="character device"):
         await read_file(policy, ReadArgs(file_path="zero"))
 
 
 async def test_read_of_a_missing_file_is_a_clear_error(policy: SandboxPolicy) -> None:
-    with anyio.fail_after(1), pytest.raises(ToolError, match="file does not exist"):
+    with deadline(1), pytest.raises(ToolError, match="file does not exist"):
         await read_file(policy, ReadArgs(file_path="nope.txt"))
 
 

@@ -9,7 +9,6 @@ import struct
 import zlib
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import types
 
@@ -19,6 +18,7 @@ from omega_mcp.builtin.read import read_file
 from omega_mcp.builtin.schemas import ReadArgs
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -44,7 +44,7 @@ IMAGES = {
 
 
 async def _call(policy: SandboxPolicy, file_path: str | Path) -> types.CallToolResult:
-    with anyio.fail_after(10):
+    with deadline(10):
         return await read_file(policy, ReadArgs(file_path=str(file_path)))
 
 

@@ -17,6 +17,7 @@ from omega_mcp.builtin.schemas import BashArgs, BashOutputArgs, KillShellArgs
 from omega_mcp.builtin.shells import NO_SESSION, ShellRegistry, bash_output, kill_shell
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 
 @pytest.fixture(params=["sandbox", "rwx"])
@@ -39,7 +40,7 @@ def _text(result: types.CallToolResult) -> str:
 
 
 async def _start(shells: ShellRegistry, policy: SandboxPolicy, command: str) -> str:
-    with anyio.fail_after(10):
+    with deadline(10):
         result = await run_bash(policy, BashArgs(command=command, run_in_background=True), shells)
     text = _text(result)
     assert not result.is_error
@@ -50,7 +51,7 @@ async def _start(shells: ShellRegistry, policy: SandboxPolicy, command: str) -> 
 
 async def _poll_until_finished(shells: ShellRegistry, shell_id: str) -> list[str]:
     texts: list[str] = []
-    with anyio.fail_after(10):
+    with deadline(10):
         while True:
             text = _text(await bash_output(shells, BashOutputArgs(shell_id=shell_id)))
             texts.append(text)
@@ -89,7 +90,7 @@ async def test_kill_shell_kills_the_process_group(policy: SandboxPolicy, markers
         shell_id = await _start(shells, policy, command)
         await wait_running(marker)
         assert pids_with_arg(command), "bash (and the trampoline) hold the command as an argument"
-        with anyio.fail_after(10):
+        with deadline(10):
             result = await kill_shell(shells, KillShellArgs(shell_id=shell_id))
         assert not result.is_error
         assert "killed" in _text(result)
@@ -100,7 +101,7 @@ async def test_kill_shell_kills_the_process_group(policy: SandboxPolicy, markers
 
 async def test_registry_exit_kills_every_shell(policy: SandboxPolicy, markers: Markers) -> None:
     commands: list[str] = []
-    with anyio.fail_after(20):
+    with deadline(20):
         async with ShellRegistry() as shells:
             for _ in range(3):
                 marker = markers()
@@ -114,7 +115,7 @@ async def test_background_shell_timeout_kills_it(policy: SandboxPolicy, markers:
     marker = markers()
     command = f"sleep {marker} & wait"
     async with ShellRegistry() as shells:
-        with anyio.fail_after(10):
+        with deadline(10):
             result = await run_bash(policy, BashArgs(command=command, run_in_background=True, timeout=2), shells)
         shell_id = _text(result).split()[3].rstrip(".")
         await wait_running(marker)
@@ -138,7 +139,7 @@ async def test_an_owner_sees_only_its_own_shells_and_ending_it_kills_them(
     alice, bob = object(), object()
     marker = markers()
     async with ShellRegistry() as shells:
-        with anyio.fail_after(10):
+        with deadline(10):
             result = await run_bash(
                 policy,
                 BashArgs(command=f"echo alice-secret; sleep {marker}", run_in_background=True),

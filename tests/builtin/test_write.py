@@ -16,6 +16,7 @@ from omega_mcp.builtin.schemas import EditArgs, WriteArgs
 from omega_mcp.builtin.write import edit_file, write_file
 from omega_mcp.errors import InvalidArgumentsError, ToolError
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -112,7 +113,7 @@ async def test_write_to_a_directory_is_refused(policy: SandboxPolicy) -> None:
 
 async def test_write_to_a_fifo_is_refused_without_blocking(policy: SandboxPolicy) -> None:
     os.mkfifo(policy.workspace / "pipe")
-    with anyio.fail_after(1), pytest.raises(ToolError, match="FIFO"):
+    with deadline(1), pytest.raises(ToolError, match="FIFO"):
         await _write(policy, "pipe", "x")
     assert stat.S_ISFIFO((policy.workspace / "pipe").lstat().st_mode)
 
@@ -301,7 +302,7 @@ async def test_concurrent_edits_of_one_file_all_land(policy: SandboxPolicy) -> N
     async def one(i: int) -> None:
         await _edit(policy, target, f"token{i}\n", f"done{i}\n")
 
-    with anyio.fail_after(20):
+    with deadline(20):
         async with anyio.create_task_group() as tg:
             for i in range(12):
                 tg.start_soon(one, i)

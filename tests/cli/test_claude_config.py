@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
+
+from waits import deadline
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -43,8 +46,17 @@ def test_the_workspace_defaults_to_the_project_directory_and_omega_home_is_kept(
     project.mkdir()
     entry = _entry(_claude_config(project, env=_env(tmp_path)))
     assert entry["type"] == "stdio"
-    assert entry["args"][-5:] == ["serve", "--workspace", str(project), "--client-prefix", "mcp__omega__"]
+    assert entry["args"][-5:] == ["attach", "--workspace", str(project), "--client-prefix", "mcp__omega__"]
     assert entry["env"] == {"OMEGA_HOME": str(tmp_path / "home")}
+    assert entry["alwaysLoad"] is True  # else Claude Code defers omega's tools behind its own tool search
+
+
+def test_standalone_prints_the_serve_entry_of_before(tmp_path: Path):
+    project = tmp_path / "my-project"
+    project.mkdir()
+    entry = _entry(_claude_config(project, "--standalone", env=_env(tmp_path)))
+    assert entry["args"][-5:] == ["serve", "--workspace", str(project), "--client-prefix", "mcp__omega__"]
+    assert "alwaysLoad" not in entry
 
 
 def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_path: Path):
@@ -54,7 +66,7 @@ def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_pa
     config.write_text('[sandbox]\nmode = "sandbox"\n')
     entry = _entry(_claude_config(project, "--workspace", "../elsewhere", "--mode", "rx", env=_env(tmp_path)))
     assert entry["args"][-9:] == [
-        "serve",
+        "attach",
         "--config",
         str(config),  # found as ./servers.toml, written absolute
         "--workspace",
@@ -80,10 +92,15 @@ async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project
     entry = _entry(_claude_config(project, "--mode", "rwx", env=_env(tmp_path)))
     # Claude Code starts the server elsewhere than where the entry was made: the entry alone must suffice.
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"], cwd=str(tmp_path))
-    async with mcp.Client(params, mode="legacy") as client:
-        result = await client.call_tool("bash", {"command": "pwd && echo made > note.txt"})
-        assert not result.is_error
-        assert result.content[0].text.splitlines()[0] == str(project)  # type: ignore[union-attr]
+    try:
+        async with mcp.Client(params, mode="legacy") as client:
+            result = await client.call_tool("bash", {"command": "pwd && echo made > note.txt"})
+            assert not result.is_error
+            assert result.content[0].text.splitlines()[0] == str(project)  # type: ignore[union-attr]
+    finally:  # the entry attaches to the shared hub, which it started: stop it
+        stop = [sys.executable, "-m", "omega_mcp", "hub", "stop"]
+        with deadline(90):
+            await anyio.run_process(stop, env=entry["env"] | _env(tmp_path), cwd=tmp_path, check=False)
     assert (project / "note.txt").read_text() == "made\n"
 
 

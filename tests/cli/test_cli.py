@@ -135,7 +135,7 @@ def test_claude_config_prints_an_mcp_servers_entry(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     entry = json.loads(proc.stdout)["mcpServers"]["omega"]
     assert entry["args"][-7:] == [
-        "serve",
+        "attach",  # SPEC: claude-config emits an attach entry (--standalone: serve)
         "--config",
         str(config),
         "--workspace",

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import mcp
 from mcp import StdioServerParameters, types
 
 from proxy_support import ECHO_SERVER, Notifications
+from waits import deadline
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
 
@@ -90,7 +90,7 @@ async def test_serve_in_search_mode_lists_few_tools_and_adds_what_the_client_cal
     notes = Notifications()
 
     async def changed(count: int) -> None:  # a list_changed of the servers connecting may come too
-        with anyio.fail_after(10):
+        with deadline(10):
             while notes.tools == count:
                 await notes.next()
 

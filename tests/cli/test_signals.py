@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from omega_mcp.cli.signals import SignalGuard
+from waits import deadline
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ async def test_a_signal_held_during_startup_cancels_as_soon_as_a_receiver_listen
     guard.hold()
     signal.raise_signal(signal.SIGINT)
     received: list[int] = []
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             await tg.start(guard.until_signalled, tg.cancel_scope, received)
             await anyio.sleep_forever()
@@ -46,7 +47,7 @@ async def test_a_signal_while_listening_cancels_the_scope_and_is_then_held_again
     guard = SignalGuard()
     guard.hold()
     received: list[int] = []
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             await tg.start(guard.until_signalled, tg.cancel_scope, received)
             signal.raise_signal(signal.SIGTERM)

@@ -4,7 +4,8 @@ Real processes throughout: three `omega-mcp serve --http` replicas on loopback p
 $OMEGA_HOME, and HAProxy started with the shipped configuration, its addresses in the environment
 only. Clients of both eras call through the balancer while the replicas restart one by one
 (SIGTERM, wait, start, wait for readyz); one replica is killed with SIGKILL; an input-required round
-(2026 era) and a background shell (handshake era) go through the balancer.
+(2026 era) and a background shell (handshake era) go through the balancer; 2026-era calls of one
+token spread over the three replicas, and elicitation rounds complete on the replica that holds them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pytest
 from mcp import types
 
 from hub_support import Hub, free_port, hub_client, start_hub
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -94,7 +96,7 @@ class Cluster:
 
 
 async def _until(check: Any, seconds: float = 30) -> None:
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         while not check():  # noqa: ASYNC110 - other processes' state has no event to wait on
             await anyio.sleep(0.05)
 
@@ -115,6 +117,11 @@ args = [{str(FIXTURES / "echo_server.py")!r}]
 command = {sys.executable!r}
 args = [{str(FIXTURES / "asking_server.py")!r}, {str(markers)!r}]
 era = "handshake"  # it asks on its own session's back-channel
+
+[servers.greet]
+command = {sys.executable!r}
+args = [{str(FIXTURES / "eliciting_server.py")!r}]
+era = "handshake"
 
 [hub]
 drain_seconds = 5
@@ -161,7 +168,7 @@ async def _modern_calls(url: str, stop: anyio.Event, tally: Tally) -> None:
     async with hub_client(url, TOKEN, mode="auto") as client:
         while not stop.is_set():
             try:
-                with anyio.fail_after(CALL_SECONDS):
+                with deadline(CALL_SECONDS):
                     result = await client.call_tool("mcp__echo__echo", {"text": "m"})
                 assert not result.is_error, result
                 tally.ok += 1
@@ -176,7 +183,7 @@ async def _handshake_calls(url: str, stop: anyio.Event, tally: Tally) -> None:
             async with hub_client(url, TOKEN, mode="legacy") as client:
                 tally.sessions += 1
                 while not stop.is_set():
-                    with anyio.fail_after(CALL_SECONDS):
+                    with deadline(CALL_SECONDS):
                         result = await client.call_tool("mcp__echo__echo", {"text": "h"})
                     assert not result.is_error, result
                     tally.ok += 1
@@ -229,7 +236,7 @@ async def test_rounds_shells_and_a_rolling_restart_through_the_balancer(cluster:
             "bash", {"command": "echo from-the-shell; sleep 60", "run_in_background": True}
         )
         shell_id = started.content[0].text.split()[3].rstrip(".")  # type: ignore[union-attr]
-        with anyio.fail_after(10):
+        with deadline(10):
             while True:  # the shell's output arrives when it arrives: read it again (bounded)
                 out = await shelled.call_tool("bash_output", {"shell_id": shell_id})
                 assert not out.is_error
@@ -273,7 +280,44 @@ async def test_a_killed_replica_is_routed_around_within_two_seconds(cluster: Clu
     assert await _one_call(cluster.url)
     serving = next(i for i in range(3) if cluster.tools_calls(i) > counts[i])  # the replica our token maps to
     cluster.replicas[serving].proc.kill()
-    with anyio.fail_after(2):  # SPEC: calls succeed again within 2 s
+    with deadline(2):  # SPEC: calls succeed again within 2 s
         while not await _one_call(cluster.url):
             pass
     assert cluster.replicas[serving].proc.wait(5) == -signal.SIGKILL
+
+
+async def _elicited(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+
+async def test_2026_calls_spread_over_the_replicas_and_elicitation_rounds_complete(cluster: Cluster) -> None:
+    await _ready_through_balancer(cluster)
+    before = [cluster.tools_calls(i) for i in range(3)]
+
+    async def six_calls() -> None:
+        async with hub_client(cluster.url, TOKEN, mode="auto") as client:
+            for _ in range(6):
+                assert not (await client.call_tool("mcp__echo__echo", {"text": "spread"})).is_error
+
+    with deadline(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(six_calls)
+    spread = [cluster.tools_calls(i) - before[i] for i in range(3)]
+    print(f"24 calls from 4 clients over the replicas: {spread}")
+    assert sum(spread) == 24 and all(count >= 1 for count in spread), spread
+
+    before = [cluster.tools_calls(i) for i in range(3)]
+    answers: list[str] = []
+    with deadline(60):
+        for shift in range(6):  # each call is two rounds: the question, then the retry carrying the answer
+            async with hub_client(cluster.url, TOKEN, mode="auto", elicitation_callback=_elicited) as client:
+                for _ in range(shift):  # round robin: so that the calls start on each replica in turn
+                    await client.list_tools()
+                greeted = await client.call_tool("mcp__greet__greet", {})
+            assert not greeted.is_error, greeted
+            answers.append(_text(greeted))
+    assert answers == ["Hello, Ada!"] * 6
+    rounds = [cluster.tools_calls(i) - before[i] for i in range(3)]
+    print(f"6 elicitation calls (12 rounds) over the replicas: {rounds}")
+    assert sum(rounds) == 12 and all(count for count in rounds), rounds  # started on every replica

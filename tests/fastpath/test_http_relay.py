@@ -29,6 +29,7 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
 from relay_support import outcome, pipe_client
+from waits import deadline
 
 MODERN_SERVER = Path(__file__).parents[1] / "fixtures" / "modern_server.py"
 
@@ -58,7 +59,7 @@ async def remote(tmp_path: Path) -> AsyncIterator[str]:
     env = {**os.environ, "MODERN_FIXTURE_LOG": str(tmp_path / "sleeps.jsonl")}
     process = await anyio.open_process([sys.executable, str(MODERN_SERVER), "--http", str(port)], env=env)
     try:
-        with anyio.fail_after(30):
+        with deadline(30):
             while not _listening(port):
                 assert process.returncode is None, "the fixture server exited"
                 await anyio.sleep(0.05)

@@ -18,6 +18,7 @@ import mcp
 from mcp import StdioServerParameters, types
 
 from proxy_support import ECHO_SERVER, listed, wait_until
+from waits import deadline
 
 
 def _server(name: str, *args: str, timeout: float | None = None) -> str:
@@ -88,7 +89,7 @@ async def test_progress_from_the_server_reaches_the_client_under_its_own_token(t
 
     async with omega(tmp_path, _server("fx")) as client:
         result = await client.call_tool("mcp__fx__progress", {}, progress_callback=on_progress)
-        with anyio.fail_after(5):  # the SDK client delivers progress on its own task
+        with deadline(5):  # the SDK client delivers progress on its own task
             await arrived.wait()
     assert not result.is_error
     assert received == [(1.0, 4.0, "quarter")]
@@ -144,7 +145,7 @@ async def test_a_server_dying_during_a_call_is_an_is_error_and_its_restart_is_re
     log = tmp_path / "received.jsonl"
     async with omega(tmp_path, _server("fx", "--log-file", str(log))) as client:
         result = await client.call_tool("mcp__fx__crash", {})
-        with anyio.fail_after(20):  # the restart (1 s backoff) brings the tools back
+        with deadline(20):  # the restart (1 s backoff) brings the tools back
             while True:
                 again = await client.call_tool("mcp__fx__echo", {"text": "back"})
                 if not again.is_error:

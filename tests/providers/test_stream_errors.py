@@ -27,11 +27,12 @@ from stream_support import (
 from omega_mcp.errors import ContextOverflowError, ProviderAuthError, ProviderHTTPError
 from omega_mcp.messages import UserMessage
 from omega_mcp.providers import RetryPolicy
+from waits import deadline
 
 
 async def ask(case: Case, fake: Recorder, pieces: list[str], **options: Any) -> Any:
     provider = case.provider(fake.client, sleep=fake.sleep, **options)
-    with anyio.fail_after(10):
+    with deadline(10):
         return await provider.request(
             model="m", system=None, messages=[UserMessage("go")], tools=TOOLS, on_text=pieces.append
         )

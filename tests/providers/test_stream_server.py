@@ -24,6 +24,7 @@ from stream_support import CASES, FIRST_PIECE_AT, NDJSON, PIECES, TEXT, TOOLS, C
 
 from omega_mcp.errors import ProviderHTTPError
 from omega_mcp.messages import UserMessage
+from waits import deadline
 
 WAIT = "wait"
 KILL = "kill"
@@ -110,7 +111,7 @@ async def run(case: Case, server: ScriptedServer, on_text: Any) -> Any:
     base = server.url + BASE_PATHS.get(case.name, "")
     async with httpx2.AsyncClient(trust_env=False) as client:
         provider = case.provider(client, base_url=base)
-        with anyio.fail_after(30):
+        with deadline(30):
             return await provider.request(
                 model="m", system="Be brief.", messages=[UserMessage("go")], tools=TOOLS, on_text=on_text
             )

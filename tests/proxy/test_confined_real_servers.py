@@ -40,6 +40,8 @@ import mcp
 import pytest
 from mcp import StdioServerParameters
 
+from waits import deadline
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
 _PYTHON_WAIT_SECONDS = 60.0
@@ -298,7 +300,7 @@ class Hub:
         return {t.removeprefix(prefix): {**d, "name": ""} for t, d in self.listed.items() if t.startswith(prefix)}
 
     async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        with anyio.fail_after(60):
+        with deadline(60):
             result = await self.client.call_tool(f"mcp__{name}__{tool}", arguments)
         return {
             "is_error": bool(result.is_error),

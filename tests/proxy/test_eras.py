@@ -17,6 +17,7 @@ from mcp.shared.message import ServerMessageMetadata
 
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import client, downstream, downstream_spec, hub, in_memory, modern_only
+from waits import deadline
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 NAME: types.ElicitRequestedSchema = {"type": "object", "properties": {"name": {"type": "string"}}}
@@ -235,7 +236,7 @@ async def test_a_subscription_is_passed_on_and_only_its_subscriber_hears_of_upda
             assert capabilities is not None and capabilities.resources is not None and capabilities.resources.subscribe
             await a.subscribe_resource("res://watched")
             await sessions[0].send_resource_updated("res://watched")
-            with anyio.fail_after(5):
+            with deadline(5):
                 await subscriber.arrived.wait()
             await b.send_ping()
             await a.unsubscribe_resource("res://watched")
@@ -251,7 +252,7 @@ async def test_a_2026_client_listening_for_a_resource_hears_of_a_2026_servers_up
             await c.list_resources()
             async with c.listen(resource_subscriptions=["res://watched"]) as stream:
                 assert stream.honored.resource_subscriptions == ["res://watched"]
-                with anyio.fail_after(10):
+                with deadline(10):
                     while True:  # until the server's listen filter names the URI: then an update is delivered
                         await bus.publish(ResourceUpdated(uri="res://watched"))
                         with anyio.move_on_after(0.2):

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 import pytest
 
 from oauth_support import OAuthFixture, oauth_server, visit
@@ -33,6 +32,7 @@ from omega_mcp.proxy.oauth import OAuthSettings, TokenFile, http_auth, token_fil
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
+from waits import deadline
 
 _BOUND_SECONDS = 30.0
 NEEDS_LOGIN = "needs login: run omega-mcp login x"
@@ -76,7 +76,7 @@ def _record(config: Config) -> dict[str, Any]:
 async def _login(config: Config) -> str:
     out = io.StringIO()
     args = argparse.Namespace(server="x", timeout=_BOUND_SECONDS)
-    with anyio.fail_after(_BOUND_SECONDS):
+    with deadline(_BOUND_SECONDS):
         assert await run_login(config, args, out, opener=visit) == 0
     return out.getvalue()
 
@@ -84,13 +84,13 @@ async def _login(config: Config) -> str:
 @asynccontextmanager
 async def _hub(config: Config) -> AsyncIterator[Downstreams]:
     async with Downstreams.from_config(config, one_shot=True) as downstreams:
-        with anyio.fail_after(_BOUND_SECONDS):
+        with deadline(_BOUND_SECONDS):
             await downstreams.wait_ready()
         yield downstreams
 
 
 async def _whoami(downstreams: Downstreams) -> dict[str, Any]:
-    with anyio.fail_after(_BOUND_SECONDS):
+    with deadline(_BOUND_SECONDS):
         return await downstreams.call_tool("x", "whoami", {})
 
 
@@ -236,7 +236,7 @@ async def test_a_login_that_fails_leaves_the_record_as_it_was(tmp_path: Path, fx
     args = argparse.Namespace(server="x", timeout=0.5)
     nobody = r"no answer from the browser within 0\.5 s"
     with socket.create_server(("127.0.0.1", port)):  # taken: the next login registers anew, then nobody answers
-        with anyio.fail_after(_BOUND_SECONDS), pytest.raises(OAuthError, match=nobody):
+        with deadline(_BOUND_SECONDS), pytest.raises(OAuthError, match=nobody):
             await run_login(config, args, io.StringIO(), opener=lambda url: True)
     assert len(fx.clients) == 2  # it did register
     assert token_file(config.home, "x").read_bytes() == before
@@ -253,7 +253,7 @@ async def test_the_tools_can_neither_read_nor_change_the_token_record(policy: Sa
     path = token_file(policy.home, "x")
     TokenFile(path, "https://mcp.example.com/mcp").write({"tokens": {"access_token": "SECRET-TOKEN"}})
     async with Toolbox(policy) as box:
-        with anyio.fail_after(_BOUND_SECONDS):
+        with deadline(_BOUND_SECONDS):
             read = await box.call_tool("read", {"file_path": str(path)})
             write = await box.call_tool("write", {"file_path": str(path), "content": "{}"})
             edit = await box.call_tool("edit", {"file_path": str(path), "old_string": "SECRET", "new_string": "x"})

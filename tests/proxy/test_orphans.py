@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from bash_processes import Markers, pids_with_arg
 from omega_mcp.proxy.spawn import spawn
 from proxy_support import ECHO_SERVER, alive, read_pid
+from waits import until_sync
 
 _BOUND_SECONDS = 10.0
 
@@ -54,10 +54,7 @@ def _serve(tmp_path: Path, servers: str = "") -> subprocess.Popen[bytes]:
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, seconds: float = _BOUND_SECONDS) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {seconds:g} s"
-        time.sleep(0.02)
+    until_sync(predicate, what, seconds)
 
 
 def _kill_9(proc: subprocess.Popen[bytes]) -> None:

@@ -30,6 +30,7 @@ from omega_mcp.proxy.declared import declared_capabilities
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server import bridge
 from proxy_support import FIXTURES, client, downstream, downstream_spec, hub, listed, wait_until
+from waits import deadline
 
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
 FORM: types.ElicitRequestedSchema = {"type": "object", "properties": {"color": {"type": "string"}}}
@@ -181,7 +182,7 @@ async def test_url_elicitation_and_its_completion_reach_the_client(rwx_policy: S
     async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, elicitation_callback=elicit, message_handler=messages) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
-            with anyio.fail_after(5):
+            with deadline(5):
                 await completed.wait()
     assert text_of(result) == "accept"
     assert isinstance(asked[0], types.ElicitRequestURLParams) and asked[0].url == "https://example.com/login"
@@ -223,7 +224,7 @@ async def test_two_clients_each_get_only_their_own_calls_requests(rwx_policy: Sa
             running.append(name)
             if len(running) == 2:
                 both_running.set()
-            with anyio.fail_after(5):
+            with deadline(5):
                 await both_running.wait()  # both calls are in flight before either samples
             result = await sample(ctx, f"from {name}")
             assert isinstance(result.content, types.TextContent)
@@ -273,7 +274,7 @@ async def test_calls_of_two_clients_on_one_server_at_once_each_ask_their_own_cli
         running.append(1)
         if len(running) == 2:
             both_running.set()
-        with anyio.fail_after(5):
+        with deadline(5):
             await both_running.wait()
         try:
             sampled = await sample(ctx, "whose?")
@@ -314,7 +315,7 @@ async def test_two_calls_of_one_client_on_one_server_at_once_are_both_answered(r
         running.append(text)
         if len(running) == 2:
             both_running.set()
-        with anyio.fail_after(5):
+        with deadline(5):
             await both_running.wait()
         result = await sample(ctx, text)
         assert isinstance(result.content, types.TextContent)
@@ -365,7 +366,7 @@ async def test_progress_from_the_client_reaches_the_downstream_under_its_token(r
         await ctx.session.send_request(
             request, types.CreateMessageResult, metadata=metadata, progress_callback=on_progress
         )
-        with anyio.fail_after(5):
+        with deadline(5):
             await arrived.wait()  # the progress notification may trail the answer
         return types.CallToolResult(content=[])
 
@@ -405,10 +406,10 @@ async def test_a_client_cancelling_the_call_cancels_the_downstream_waiting_on_sa
         async with client(omega, sampling_callback=stuck) as c:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(c.call_tool, "mcp__d__echo", {"text": "x"})
-                with anyio.fail_after(5):
+                with deadline(5):
                     await asked.wait()
                 tg.cancel_scope.cancel()
-            with anyio.fail_after(5):
+            with deadline(5):
                 await downstream_cancelled.wait()  # the call was cancelled downstream...
                 await client_cancelled.wait()  # ...which withdrew its sampling request from the client
 
@@ -419,7 +420,7 @@ async def test_a_downstream_withdrawing_its_request_cancels_it_at_the_client(rwx
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         async with anyio.create_task_group() as tg:
             tg.start_soon(sample, ctx, "maybe")
-            with anyio.fail_after(5):
+            with deadline(5):
                 await asked.wait()
             tg.cancel_scope.cancel()  # the tool gives up on the answer
         return types.CallToolResult(content=[types.TextContent(text="gave up")])
@@ -435,7 +436,7 @@ async def test_a_downstream_withdrawing_its_request_cancels_it_at_the_client(rwx
     async with hub(rwx_policy, legacy_spec("d", downstream("d", call=call))) as (_, _, omega):
         async with client(omega, sampling_callback=stuck) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
-            with anyio.fail_after(5):
+            with deadline(5):
                 await client_cancelled.wait()
     assert text_of(result) == "gave up"
 
@@ -453,11 +454,11 @@ async def test_roots_list_changed_reaches_the_downstreams(rwx_policy: SandboxPol
     async with hub(rwx_policy, legacy_spec("d", server)) as (_, toolbox, omega):
         await toolbox.list_tools()
         async with client(omega, list_roots_callback=client_roots) as c:
-            with anyio.fail_after(5):
+            with deadline(5):
                 await changed.wait()  # the first client with roots: downstreams no longer see the workspace
             changed = anyio.Event()
             await c.session.send_notification(types.RootsListChangedNotification())
-            with anyio.fail_after(5):
+            with deadline(5):
                 await changed.wait()
     assert len(changes) >= 2
 
@@ -479,7 +480,7 @@ async def test_a_modern_client_that_never_comes_back_has_its_call_cancelled(
         async with client(omega, "auto", sampling_callback=answer_sampling) as c:
             first = await c.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
             assert isinstance(first, types.InputRequiredResult) and first.input_requests
-            with anyio.fail_after(5):
+            with deadline(5):
                 await cancelled.wait()  # nobody answered within IDLE_SECONDS: the call was cancelled downstream
             with pytest.raises(MCPError) as info:
                 await c.session.call_tool(
@@ -568,11 +569,11 @@ async def test_through_the_cli_cancelling_a_relayed_call_reaches_the_downstream_
         await c.list_tools()
         async with anyio.create_task_group() as tg:
             tg.start_soon(c.call_tool, "mcp__s__ask", {"text": "x"})
-            with anyio.fail_after(30):
+            with deadline(30):
                 await asked.wait()
             tg.cancel_scope.cancel()
         await wait_until(lambda: (tmp_path / "markers" / "cancelled").exists())
-        with anyio.fail_after(10):
+        with deadline(10):
             await client_cancelled.wait()  # the downstream withdrew its request; omega withdrew it here
 
 
@@ -712,6 +713,6 @@ async def test_an_abandoned_round_does_not_hold_up_another_clients_request(rwx_p
         ):
             abandoned = await leaving.session.call_tool("mcp__d__echo", {"text": "x"}, allow_input_required=True)
             assert isinstance(abandoned, types.InputRequiredResult)
-            with anyio.fail_after(5):
+            with deadline(5):
                 result = await other.call_tool("mcp__d__echo", {"text": "y"})
     assert text_of(result) == "teal"

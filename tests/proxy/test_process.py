@@ -7,7 +7,6 @@ import logging
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from omega_mcp.config import load_config
@@ -15,6 +14,7 @@ from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
 from proxy_support import Notifications, alive, child_pids, client, hub, read_pid, stdio_fixture, wait_until
+from waits import deadline
 
 REPO = Path(__file__).parents[2]
 
@@ -204,7 +204,7 @@ async def test_tools_no_client_could_use_are_skipped_and_the_rest_are_exported(
 async def test_initialize_is_bounded_by_the_servers_request_timeout():
     spec = DownstreamSpec("hang", stdio_fixture("--hang-init"), timeout_seconds=0.5, connect_timeout_seconds=60)
     async with Downstreams([spec], one_shot=True) as downstreams:
-        with anyio.fail_after(20):  # far below connect_timeout: the 0.5 s request timeout must end it
+        with deadline(20):  # far below connect_timeout: the 0.5 s request timeout must end it
             await downstreams.wait_ready()
         (status,) = downstreams.statuses()
     assert status.state == "failed"

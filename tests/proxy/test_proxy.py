@@ -17,6 +17,7 @@ from omega_mcp._sdk import Streams
 from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, gated, hub
+from waits import deadline
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
 MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -239,7 +240,7 @@ async def test_a_timeout_cancels_the_downstream_request_and_is_an_is_error_resul
     async with hub(rwx_policy, spec) as (_, _, server):
         async with client(server, mode) as c:
             result = await c.call_tool("mcp__d__echo", {"text": "x"})
-            with anyio.fail_after(5):
+            with deadline(5):
                 await cancelled.wait()
     assert started.is_set()
     assert result.is_error and "timed out after 0.3 s" in result.content[0].text  # type: ignore[union-attr]
@@ -252,7 +253,7 @@ async def test_progress_notifications_reach_the_calling_client(rwx_policy: Sandb
 
     async def call(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         await ctx.session.report_progress(1, 4, "quarter")
-        with anyio.fail_after(5):  # return only once the progress has arrived upstream
+        with deadline(5):  # return only once the progress has arrived upstream
             await forwarded.wait()
         return types.CallToolResult(content=[types.TextContent(text="done")])
 
@@ -282,10 +283,10 @@ async def test_a_client_cancellation_is_forwarded_to_the_downstream(rwx_policy: 
     async with hub(rwx_policy, downstream_spec("d", downstream("d", call=call))) as (_, _, server):
         async with client(server, mode) as c, anyio.create_task_group() as tg:
             tg.start_soon(c.call_tool, "mcp__d__echo", {"text": "x"})
-            with anyio.fail_after(5):
+            with deadline(5):
                 await started.wait()
             tg.cancel_scope.cancel()
-        with anyio.fail_after(5):
+        with deadline(5):
             await cancelled.wait()
 
 
@@ -297,10 +298,10 @@ async def test_two_calls_to_one_server_run_concurrently(rwx_policy: SandboxPolic
         text = (params.arguments or {})["text"]
         if text == "first":
             first_waiting.set()
-            with anyio.fail_after(5):  # only finishes if the second call runs meanwhile
+            with deadline(5):  # only finishes if the second call runs meanwhile
                 await second_done.wait()
         else:
-            with anyio.fail_after(5):
+            with deadline(5):
                 await first_waiting.wait()
             second_done.set()
         return types.CallToolResult(content=[types.TextContent(text=text)])
@@ -342,7 +343,7 @@ async def test_a_modern_client_hears_of_tool_changes_through_subscriptions_liste
             assert "mcp__late__echo" not in [t.name for t in (await c.list_tools()).tools]
             async with c.listen(tools_list_changed=True) as subscription:
                 gate.set()
-                with anyio.fail_after(10):
+                with deadline(10):
                     async for _ in subscription:
                         break
             assert "mcp__late__echo" in [t.name for t in (await c.list_tools()).tools]

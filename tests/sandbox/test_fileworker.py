@@ -16,6 +16,7 @@ from omega_mcp.errors import ToolError
 from omega_mcp.sandbox import fileworker_client, probe
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.world import Worlds
+from waits import deadline
 
 pytestmark = [
     pytest.mark.anyio,
@@ -30,7 +31,7 @@ def _text(result: object) -> str:
 
 
 async def _gone(pid: int) -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         while True:
             try:
                 os.kill(pid, 0)
@@ -53,7 +54,7 @@ async def test_a_worker_that_dies_is_replaced_and_the_worker_ends_with_its_sessi
         worker = fileworker_client.running(policy.private_tmp)
         assert worker is not None
         worker.process.kill()
-        with anyio.fail_after(10):
+        with deadline(10):
             await worker.process.wait()
         again = await read_file(policy, ReadArgs(file_path="f.txt"))
         assert "in the world" in _text(again) and not again.is_error

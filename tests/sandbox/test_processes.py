@@ -12,6 +12,7 @@ import pytest
 from anyio.abc import ByteReceiveStream
 
 from omega_mcp.sandbox.processes import group_alive, open_group, popen_group, terminate_group
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -34,14 +35,14 @@ async def test_a_group_whose_leader_exited_but_a_child_lives_is_alive() -> None:
         cwd=None,
     )
     try:
-        with anyio.fail_after(10):
+        with deadline(10):
             assert process.stdout is not None
             child = int(await _first_line(process.stdout))
             await process.wait()
         assert os.getpgid(child) == process.pid  # the group id is the leader's pid, even once it is reaped
         assert group_alive(process.pid)
     finally:
-        with anyio.fail_after(10):
+        with deadline(10):
             await terminate_group(process.pid, kill_wait_seconds=5)
             await process.aclose()
     assert not group_alive(process.pid)
@@ -52,7 +53,7 @@ async def test_a_group_of_only_zombies_is_dead() -> None:
         ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=None, cwd=None
     )
     try:
-        with anyio.fail_after(10):
+        with deadline(10):
             # Wait for the exit without reaping it: the leader stays a zombie, its group still exists.
             await anyio.to_thread.run_sync(
                 lambda: os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT), abandon_on_cancel=True
@@ -75,7 +76,7 @@ async def test_terminate_group_kills_members_that_ignore_sigterm() -> None:
         cwd=None,
     )
     try:
-        with anyio.fail_after(10):
+        with deadline(10):
             assert process.stdout is not None
             child = int(await _first_line(process.stdout))
             assert os.getpgid(child) == process.pid
@@ -84,6 +85,6 @@ async def test_terminate_group_kills_members_that_ignore_sigterm() -> None:
             await process.wait()
         assert process.returncode == -signal.SIGKILL
     finally:
-        with anyio.fail_after(10):
+        with deadline(10):
             await terminate_group(process.pid, grace_seconds=0.2, kill_wait_seconds=5)
             await process.aclose()

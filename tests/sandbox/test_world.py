@@ -59,7 +59,7 @@ def test_the_file_tools_see_tmp_in_the_callers_private_tmp(tmp_path: Path) -> No
 
 def test_the_directories_of_a_dead_omega_are_removed_at_the_next_start(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    root = tmp_path / "home" / "tmp"
+    root = tmp_path / "home" / "clients" / "@hub" / "tmp"
     (root / f"{dead.stdout.strip()}-abc").mkdir(parents=True)
     (root / f"{os.getpid()}-mine").mkdir()
     Worlds(_policy(tmp_path)).fresh()

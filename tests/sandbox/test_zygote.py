@@ -31,6 +31,7 @@ from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
 from unprivileged_support import scenario
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not probe.support().pid_namespace,
@@ -63,7 +64,7 @@ def _text(result: types.CallToolResult) -> str:
 
 
 async def _bash(box: Toolbox, command: str, **more: Any) -> types.CallToolResult:
-    with anyio.fail_after(30):
+    with deadline(30):
         return await box.call_tool("bash", {"command": command, **more})
 
 
@@ -266,7 +267,7 @@ async def test_a_session_that_does_not_answer_fails_the_call_runs_nothing_and_is
     proof = policy.workspace / "ran"
     os.kill(stuck, signal.SIGSTOP)
     try:
-        with anyio.fail_after(10):
+        with deadline(10):
             result = await box.call_tool("bash", {"command": f"touch {proof}"}, owner=owner)
     finally:
         os.kill(stuck, signal.SIGCONT)
@@ -303,7 +304,7 @@ async def test_no_launcher_means_no_bash_never_bash_without_it(
 async def test_a_session_that_cannot_be_set_up_runs_nothing(policy: SandboxPolicy, tmp_path: Path) -> None:
     launch = bash_launch(policy, f"touch {tmp_path / 'ran'}")
     broken = replace(launch, options=(*launch.options, "--pin", "/nonexistent/../etc", "--bogus", "x"))
-    with anyio.fail_after(30), pytest.raises(ToolError, match="omega-mcp sandbox: unknown option '--bogus'"):
+    with deadline(30), pytest.raises(ToolError, match="omega-mcp sandbox: unknown option '--bogus'"):
         await zygote_client.start(broken)
     assert not (tmp_path / "ran").exists()
 
@@ -312,7 +313,7 @@ async def test_the_zygote_refuses_a_session_without_namespaces(policy: SandboxPo
     launch = bash_launch(policy, f"touch {tmp_path / 'ran'}")
     options = list(launch.options)
     options.remove("--pidns")
-    with anyio.fail_after(30), pytest.raises(ToolError, match="--pidns"):
+    with deadline(30), pytest.raises(ToolError, match="--pidns"):
         await zygote_client.start(replace(launch, options=tuple(options)))
     assert not (tmp_path / "ran").exists()
 
@@ -330,7 +331,7 @@ async def test_a_write_root_that_is_a_symbolic_link_is_not_granted_by_the_zygote
     options[options.index("--landlock") :] = [*options[options.index("--landlock") :], "--rw", str(link)]
     process = await zygote_client.start(replace(launch, options=tuple(options)))
     try:
-        with anyio.fail_after(30):
+        with deadline(30):
             out = b"".join([chunk async for chunk in process.stdout])
             await process.wait()
     finally:
@@ -387,7 +388,7 @@ async def test_the_zygote_and_every_command_die_with_a_killed_omega(tmp_path: Pa
     argv = [sys.executable, "-c", _OMEGA, str(tmp_path), f"setsid sleep {marker} & sleep {markers()}"]
     async with await anyio.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as omega:
         assert omega.stdout is not None
-        with anyio.fail_after(30):
+        with deadline(30):
             line = b""
             while not line.endswith(b"\n"):
                 line += await omega.stdout.receive(1)
@@ -413,7 +414,7 @@ def test_an_unprivileged_user_gets_a_new_zygote_after_killing_one() -> None:
                 os.kill(old, signal.SIGKILL)
                 # Once it is gone: a call racing the kill may start in the dying one and fail closed (the
                 # test_a_command_running_when_the_zygote_dies_... case), which is not this test.
-                with anyio.fail_after(10):
+                with deadline(10):
                     while zygote_client.launcher_pid() == old:
                         await anyio.sleep(0.01)
                 second = await call(box, "bash", {"command": "echo $$; touch /etc/omega-x; echo rc=$?"})

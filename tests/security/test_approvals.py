@@ -27,6 +27,7 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server import approver
 from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
+from waits import deadline
 
 Answer = Literal["accept", "decline", "cancel"]
 
@@ -212,7 +213,7 @@ async def test_an_unanswered_question_times_out_as_a_denial(
         Toolbox(ask_policy) as box,
         mcp.Client(build_server(box), mode="legacy", elicitation_callback=silent) as c,
     ):
-        with anyio.fail_after(10):
+        with deadline(10):
             text = await _denied(c, outside / "a.txt", watch=tmp_path)
         never.set()  # let the client's callback finish; its late answer must change nothing
     assert "did not approve" in text

@@ -22,7 +22,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 import launch_support
@@ -33,6 +32,7 @@ from omega_mcp.errors import ConfigError, PathDeniedError
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.launch import bash_launch, describe_sandbox
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
@@ -264,7 +264,7 @@ def test_omegas_token_and_state_are_hidden_from_bash(tmp_path: Path, fake_home: 
 
 
 async def _read_denied(policy: SandboxPolicy, path: Path) -> str:
-    with anyio.fail_after(10), pytest.raises(PathDeniedError) as caught:
+    with deadline(10), pytest.raises(PathDeniedError) as caught:
         await read_file(policy, ReadArgs(file_path=str(path)))
     return str(caught.value)
 

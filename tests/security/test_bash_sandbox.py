@@ -15,14 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 import launch_support
@@ -31,6 +29,7 @@ from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.child import exec as trampoline
 from omega_mcp.sandbox.launch import bash_launch, describe_sandbox
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline, until_sync
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock sandbox is Linux-only")
 
@@ -79,11 +78,7 @@ def _with_marker(marker: str) -> list[int]:
 
 
 def _wait_for(predicate: Any, what: str, bound: float = 10.0) -> None:
-    deadline = time.monotonic() + bound
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    until_sync(predicate, what, bound)
 
 
 def _kill_leftovers(marker: str) -> None:
@@ -296,7 +291,7 @@ async def test_process_count_is_capped_and_the_next_command_works(tmp_path: Path
         try:
             capped = False
             try:
-                with anyio.fail_after(_BOUND_SECONDS):
+                with deadline(_BOUND_SECONDS):
                     async for chunk in process.stdout:
                         seen += chunk
                         if b"Resource temporarily unavailable" in seen:
@@ -364,7 +359,7 @@ async def test_leftovers_die_by_themselves_when_nobody_kills_the_group(tmp_path:
     try:
         process = await launch_support.start(_policy(tmp_path), _detached_sleep(marker))
         try:
-            with anyio.fail_after(_BOUND_SECONDS):
+            with deadline(_BOUND_SECONDS):
                 out = b"".join([chunk async for chunk in process.stdout])
                 assert (await process.wait(), out) == (0, b"started\n")
         finally:
@@ -384,7 +379,7 @@ async def test_setsid_child_does_not_survive_a_kill(tmp_path: Path, kill: str) -
             os.killpg(process.pid, signal.SIGKILL)  # what the bash tool does on timeout
         else:
             os.kill(process.pid, signal.SIGKILL)  # only the command's PID 1: its namespace dies with it
-        with anyio.fail_after(_BOUND_SECONDS):
+        with deadline(_BOUND_SECONDS):
             assert await process.wait() == -signal.SIGKILL
         _wait_for(lambda: not _with_marker(marker) and not _with_marker(fg), "the tree to die")
     finally:

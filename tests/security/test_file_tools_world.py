@@ -34,7 +34,7 @@ def find(tag):
     return found
 
 async def wait_for(tag):
-    with anyio.fail_after(30):
+    with deadline(30):
         while not (pids := find(tag)):
             await anyio.sleep(0.02)  # bounded polling: the process is another session's
     return pids

@@ -23,6 +23,7 @@ import httpx2
 import pytest
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -103,7 +104,7 @@ async def test_a_confined_server_with_the_network_cannot_drive_the_hub(tmp_path:
     hub = start_hub(tmp_path, "--config", str(config))
     try:
         async with hub_client(hub.url, hub.token) as client:
-            with anyio.fail_after(60):
+            with deadline(60):
                 result = await client.call_tool("mcp__net__attempt", {"action": "http", "port": hub.port})
             text = result.content[0].text  # type: ignore[union-attr]
             assert text.startswith("allowed: http HTTP/1.1 "), text  # it reached the hub: the network is granted
@@ -136,7 +137,7 @@ async def test_a_half_open_flood_does_not_starve_a_client_with_the_token(tmp_pat
                     sock.send(partial)
                 except OSError:
                     pass  # not connected yet, or already dropped: either way it holds nothing more
-        with anyio.fail_after(30):  # bounded: a starved client would wait forever
+        with deadline(30):  # bounded: a starved client would wait forever
             async with hub_client(hub.url, hub.token) as client:
                 result = await client.call_tool("bash", {"command": "echo served"})
         assert result.content[0].text.strip() == "served"  # type: ignore[union-attr]
@@ -154,7 +155,7 @@ async def test_one_session_cannot_take_every_background_shell_and_shells_die_at_
     try:
         async with hub_client(hub.url, hub.token) as greedy, hub_client(hub.url, hub.token) as other:
             taken: list[str] = []
-            with anyio.fail_after(120):
+            with deadline(120):
                 for _ in range(20):  # as many as it is given
                     started = await greedy.call_tool("bash", {"command": "sleep 1000", "run_in_background": True})
                     text = started.content[0].text  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ import pytest
 from mcp import StdioServerParameters, types
 
 from proxy_support import listed
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/status")
 
@@ -77,7 +78,7 @@ async def test_a_300_mib_answer_fails_its_call_and_omega_stays_small(tmp_path: P
         env={"OMEGA_HOME": str(tmp_path / "home"), "OMEGA_PYTHON": sys.executable, "PATH": os.environ["PATH"]},
         cwd=tmp_path,
     )
-    with anyio.fail_after(180):
+    with deadline(180):
         async with mcp.Client(params, mode="legacy") as client:
             await listed(client, "mcp__confined__flood", "mcp__unconfined__flood", "mcp__ok__echo")
             pid = _omega_pid(config)

@@ -18,7 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
@@ -26,6 +25,7 @@ from mcp import StdioServerParameters
 from omega_mcp.sandbox import probe
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
@@ -72,7 +72,7 @@ async def test_bash_cannot_read_list_or_connect_under_state_and_run_made_after_i
         f"{sys.executable} -I -c {json.dumps(connect)} && echo CONNECTED"
     )
     async with Toolbox(policy) as box:
-        with anyio.fail_after(60):
+        with deadline(60):
             first = await box.call_tool("bash", {"command": "echo started"})
             assert "started" in _text(first), _text(first)
             listener = _appear_later(home)
@@ -101,7 +101,7 @@ async def test_a_confined_server_cannot_read_a_token_saved_after_it_started(base
     )
 
     async def attempt(client: mcp.Client, action: str, target: Path) -> str:
-        with anyio.fail_after(_BOUND_SECONDS):
+        with deadline(_BOUND_SECONDS):
             result = await client.call_tool("mcp__h__attempt", {"action": action, "target": str(target)})
         return _text(result)
 

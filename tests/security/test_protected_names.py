@@ -145,7 +145,7 @@ async def main():
         start = await call(box, "bash", {{"command": {command}, "run_in_background": True}})
         shell = start["text"].split()[3].rstrip(".")
         seen = []
-        with anyio.fail_after(30):
+        with deadline(30):
             while not any("omega undid" in s["text"] for s in seen):
                 await anyio.sleep(0.2)
                 seen.append(await call(box, "bash_output", {{"shell_id": shell}}))

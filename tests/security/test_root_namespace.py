@@ -15,12 +15,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
 
 from bash_processes import Markers, assert_gone, wait_running
+from waits import deadline
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
@@ -86,7 +86,7 @@ def _text(result: object) -> str:
 
 async def test_roots_bash_is_an_unprivileged_user_whose_files_stay_roots(tmp_path: Path) -> None:
     config = _config(tmp_path)
-    with anyio.fail_after(60):
+    with deadline(60):
         async with mcp.Client(_params(tmp_path, config), mode="legacy") as client:
             result = await client.call_tool("bash", {"command": "id -u; grep CapEff /proc/self/status; touch mine"})
     lines = _text(result).split()
@@ -101,7 +101,7 @@ async def test_bash_run_by_root_cannot_disarm_its_init_and_outlive_omega(tmp_pat
     config = _config(tmp_path)
     marker = markers()
     command = f"python3 disarm.py; exec sleep {marker}"
-    with anyio.fail_after(60):
+    with deadline(60):
         async with mcp.Client(_params(tmp_path, config), mode="legacy") as client:
             started = await client.call_tool("bash", {"command": command, "run_in_background": True})
             shell_id = _text(started).split()[3].rstrip(".")

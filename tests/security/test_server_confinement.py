@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
 
 from bash_processes import Markers, pids_with_arg
+from waits import deadline, until_sync
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
@@ -160,7 +160,7 @@ class Hub:
 
     async def attempt(self, server: str, action: str, target: str | Path = "", port: int = 0) -> str:
         arguments: dict[str, object] = {"action": action, "target": str(target), "port": port}
-        with anyio.fail_after(_BOUND_SECONDS):
+        with deadline(_BOUND_SECONDS):
             result = await self.client.call_tool(f"mcp__{server}__attempt", arguments)
         assert not result.is_error, result
         text = result.content[0].text  # type: ignore[union-attr]
@@ -333,10 +333,7 @@ def _message(message_id: int, method: str, params: dict[str, object]) -> bytes:
 
 
 def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + _BOUND_SECONDS
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {_BOUND_SECONDS:g} s"
-        time.sleep(0.02)
+    until_sync(predicate, what, _BOUND_SECONDS)
 
 
 def _answer(fd: int, message_id: int) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.untrusted import LaunchGuard
 from omega_mcp.toolbox import Toolbox
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox policy here is Linux's")
 
@@ -98,7 +99,7 @@ async def test_a_restarted_python_server_does_not_import_a_module_planted_in_ome
         Downstreams.from_config(config, guard=guard, backoff_seconds=0.05) as downstreams,
         Toolbox(policy, downstreams) as toolbox,
     ):
-        with anyio.fail_after(30):
+        with deadline(30):
             while [s.state for s in downstreams.statuses()] != ["connected"]:  # noqa: ASYNC110 - a test poll
                 await anyio.sleep(0.05)
         result = await toolbox.call_tool("mcp__time__get_current_time", {"timezone": "UTC"})
@@ -232,7 +233,7 @@ async def test_a_restarted_npx_server_does_not_run_a_package_planted_in_omegas_c
     config = load_config(config_path)
     policy = SandboxPolicy.from_config(config)
     async with Downstreams.from_config(config, guard=LaunchGuard.of(policy), backoff_seconds=0.05):
-        with anyio.fail_after(60):
+        with deadline(60):
             while "done" not in (starts.read_text() if starts.exists() else ""):  # noqa: ASYNC110 - a test poll
                 await anyio.sleep(0.05)
     assert starts.read_text().count("start") >= 2

@@ -25,13 +25,13 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import mcp
 import pytest
 from mcp import StdioServerParameters
 
 from omega_mcp.sandbox import untrusted
 from omega_mcp.sandbox.policy import SandboxPolicy
+from waits import deadline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
@@ -150,7 +150,7 @@ async def client(place: Place) -> AsyncIterator[mcp.Client]:
 
 
 async def _attempt(client: mcp.Client, server: str, action: str, target: Path) -> str:
-    with anyio.fail_after(_BOUND_SECONDS):
+    with deadline(_BOUND_SECONDS):
         result = await client.call_tool(f"mcp__{server}__attempt", {"action": action, "target": str(target)})
     text = "".join(getattr(block, "text", "") for block in result.content)
     assert not result.is_error, text

@@ -13,6 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from omega_mcp.sandbox.policy import SandboxPolicy
 from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, hub
+from waits import deadline
 
 
 class _Logs:
@@ -47,7 +48,7 @@ async def test_set_level_is_answered_and_downstream_logs_reach_the_client(rwx_po
             await c.set_logging_level("warning")
             result = await c.call_tool("mcp__loud__echo", {"text": "x"})
             assert not result.is_error
-            with anyio.fail_after(5):
+            with deadline(5):
                 await logs.arrived.wait()
     # As the server sent it (a direct client sees its logger and data, not omega's)
     assert [(m.level, m.logger, m.data) for m in logs.messages] == [("warning", "storage", "disk almost full")]
@@ -122,7 +123,7 @@ async def test_list_changes_still_reach_a_client_after_the_first_client_left(rwx
 
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(leader)
-            with anyio.fail_after(10):
+            with deadline(10):
                 await leader_listed.wait()
             async with client(server, message_handler=notes) as second:
                 await second.list_tools()

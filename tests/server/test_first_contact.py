@@ -15,6 +15,7 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from proxy_support import ECHO_SERVER
+from waits import deadline
 
 BUILTINS = ["bash", "read", "write", "edit", "bash_output", "kill_shell"]
 ANSWER_SECONDS = 8.0
@@ -32,7 +33,7 @@ class _Wire:
         await self._stdin.send((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
 
     async def receive(self) -> dict[str, Any]:
-        with anyio.fail_after(ANSWER_SECONDS):
+        with deadline(ANSWER_SECONDS):
             line = await self._stdout.receive_until(b"\n", 16 * 1024 * 1024)
         return json.loads(line)
 
@@ -82,7 +83,7 @@ async def test_tools_list_answers_with_the_builtins_while_a_server_starts_and_li
             await wire.send({"id": 4, "method": "tools/call", "params": bash_call})
             bash = await wire.receive()
 
-            with anyio.fail_after(ANSWER_SECONDS):
+            with deadline(ANSWER_SECONDS):
                 await anyio.to_thread.run_sync(_open_gate, gate)
             # The slow call's answer and tools/list_changed, in either order (other notifications may
             # come between: prompts or resources list_changed, logs).

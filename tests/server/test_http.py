@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from bash_processes import Markers, assert_gone, wait_running
 from hub_support import INITIALIZE, hub_client
 from omega_mcp.server.http import is_loopback, load_or_create_token
+from waits import deadline
 
 _ECHO_SERVER = Path(__file__).parents[1] / "fixtures" / "echo_server.py"
 
@@ -229,7 +230,7 @@ async def test_sigterm_lets_a_call_in_flight_finish_and_closes_connected_clients
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call)
-                    with anyio.fail_after(20):
+                    with deadline(20):
                         while not marker.exists():  # noqa: ASYNC110 - another process's file
                             await anyio.sleep(0.02)
                     proc.send_signal(signal.SIGTERM)

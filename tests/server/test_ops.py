@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
 from proxy_support import Notifications
+from waits import deadline
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 CLIENT = "carol-token-0123456789abcdef"
@@ -28,11 +29,12 @@ def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
     config = tmp_path / "omega.toml"
     clients = f'[hub]\ndrain_seconds = {drain}\n[hub.clients.carol]\ntoken = "${{CAROL_TOKEN}}"\n'
     config.write_text("".join(_server(s) for s in servers) + clients)
-    return start_hub(tmp_path, "--config", str(config), env={"CAROL_TOKEN": CLIENT}), config
+    env = {"CAROL_TOKEN": CLIENT, "DAVE_TOKEN": "dave-token-0123456789abcdef"}
+    return start_hub(tmp_path, "--config", str(config), env=env), config
 
 
 async def _until(check: object, what: str, seconds: float = 20) -> None:
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polling another process over HTTP
             await anyio.sleep(0.05)
 
@@ -124,7 +126,7 @@ async def test_sighup_adds_and_removes_servers_while_a_client_stays_connected(tm
             async def changed() -> set[str]:
                 return {t.name for t in (await client.list_tools()).tools}
 
-            with anyio.fail_after(20):
+            with deadline(20):
                 while "mcp__added__echo" not in (names := await changed()):
                     await notes.next()
             assert "mcp__gone__echo" not in names and "mcp__echo__echo" in names
@@ -136,3 +138,21 @@ async def test_sighup_adds_and_removes_servers_while_a_client_stays_connected(tm
     finally:
         assert hub.stop() == 0
     assert "SIGHUP: reloaded" in hub.log.read_text()
+
+
+async def test_sighup_that_adds_a_client_restarts_no_server(tmp_path: Path) -> None:
+    hub, config = _hub(tmp_path, "echo", "other")
+    notes = Notifications()
+    try:
+        async with hub_client(hub.url, hub.token, message_handler=notes) as client:
+            pids = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
+            (tmp_path / "dave").mkdir()
+            added = f'[hub.clients.dave]\ntoken = "${{DAVE_TOKEN}}"\nworkspace = {str(tmp_path / "dave")!r}\n'
+            config.write_text(config.read_text() + added)
+            hub.proc.send_signal(signal.SIGHUP)
+            await _until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload")
+            assert "no server changed" in hub.log.read_text()
+            again = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
+            assert again == pids
+    finally:
+        assert hub.stop() == 0

@@ -18,6 +18,7 @@ import pytest
 from mcp.client.stdio import StdioServerParameters
 
 from proxy_support import ECHO_SERVER, alive, read_pid
+from waits import deadline
 
 _INITIALIZE = {
     "jsonrpc": "2.0",
@@ -121,7 +122,7 @@ async def test_a_modern_stdio_client_keeps_its_background_shells_across_requests
         assert not started.is_error, started
         shell_id = started.content[0].text.split()[3].rstrip(".")  # type: ignore[union-attr]
         text = ""
-        with anyio.fail_after(10):
+        with deadline(10):
             for _ in range(200):  # polled: the shell's end is another process's
                 output = await client.call_tool("bash_output", {"shell_id": shell_id})
                 text += output.content[0].text  # type: ignore[union-attr]

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
@@ -27,6 +26,7 @@ from omega_mcp.toolbox import Toolbox
 from omega_mcp.toolsearch import CALL_TOOL, SEARCH_TOOLS, ToolSearchMode
 from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool
 from search_support import catalog_servers
+from waits import deadline
 
 BUILTINS = [tool.name for tool, _ in BUILTIN_TOOLS]
 BUDGET_TOKENS = 1_500
@@ -229,7 +229,7 @@ async def test_the_index_follows_a_server_whose_tools_change(rwx_policy: Sandbox
                 )
             )
             await sessions[0].send_tool_list_changed()
-            with anyio.fail_after(10):
+            with deadline(10):
                 while downstreams.version == version:
                     await downstreams.wait_changed()
             after = await c.call_tool(SEARCH_TOOLS, {"query": "frobnicate the widgets"})

@@ -26,6 +26,7 @@ from mcp import types
 from omega_mcp.proxy.http_lane import Lane, Refusal, lane_for
 from omega_mcp.wire.http1 import Http1Pool, speakable
 from omega_mcp.wire.sse import ServerSentEvents, TooLong
+from waits import deadline
 
 Answer = Callable[[bytes, bytes], bytes]
 """(request head, body) → the raw answer."""
@@ -271,7 +272,7 @@ async def test_at_most_a_hundred_connections_are_open_at_once_and_the_rest_wait(
             async with anyio.create_task_group() as task_group:
                 for _ in range(120):
                     task_group.start_soon(hold)
-                with anyio.fail_after(10):
+                with deadline(10):
                     while entered < 100:  # noqa: ASYNC110 - a count, polled
                         await anyio.sleep(0.01)
                 await anyio.sleep(0.1)

@@ -16,6 +16,7 @@ from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.wire.pipes import PipeReader, PipeWriter
+from waits import deadline
 
 
 @contextmanager
@@ -65,7 +66,7 @@ async def test_take_handles_messages_as_they_arrive_without_anyone_receiving() -
             tg.start_soon(reader.receive)  # parks: the callback is watching from now on
             await anyio.sleep(0.05)
             os.write(write_fd, _line(_call(1)) + _line(_call(2)))
-            with anyio.fail_after(5):
+            with deadline(5):
                 await both.wait()
             tg.cancel_scope.cancel()
         reader.detach()
@@ -85,7 +86,7 @@ async def test_a_message_take_leaves_holds_back_the_ones_after_it_until_the_sdk_
 
         reader.take = take
         os.write(write_fd, _line(_call(1)) + _line(_ping(2)) + _line(_call(3)) + _line(_ping(4)))
-        with anyio.fail_after(5):
+        with deadline(5):
             first = await reader.receive()
             assert taken == [1]  # 3 waits behind the ping the SDK has not had yet
             second = await reader.receive()
@@ -99,7 +100,7 @@ async def test_lines_that_are_not_json_rpc_reach_the_sdk_as_errors_and_the_rest_
         reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         reader.take = lambda message: False
         os.write(write_fd, b"not json\n" + _line({"jsonrpc": "2.0", "no": "method"}) + _line(_ping(7)))
-        with anyio.fail_after(5):
+        with deadline(5):
             received = [await reader.receive() for _ in range(3)]
         assert isinstance(received[0], Exception) and isinstance(received[1], Exception)
         assert _id(received[2]) == 7
@@ -129,7 +130,7 @@ async def test_a_line_nested_too_deeply_is_told_to_unreadable_and_reading_goes_o
         data = deep + b"\n" + b"[1, 2]\n" + _line(_call(1)) + _line(_ping(2))
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, write_all, data, write_fd)  # more than the pipe holds
-            with anyio.fail_after(10):
+            with deadline(10):
                 received = await reader.receive()
         assert _id(received) == 2
         assert taken == [1]
@@ -146,7 +147,7 @@ async def test_a_failing_take_hook_passes_the_message_to_the_sdk() -> None:
 
         reader.take = broken
         os.write(write_fd, _line(_ping(3)))
-        with anyio.fail_after(5):
+        with deadline(5):
             assert _id(await reader.receive()) == 3
         reader.detach()
 
@@ -156,7 +157,7 @@ async def test_end_of_stream_after_the_last_line_even_without_a_newline() -> Non
         reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         os.write(write_fd, _line(_ping(1)) + json.dumps(_ping(2)).encode())
         os.close(write_fd)
-        with anyio.fail_after(5):
+        with deadline(5):
             assert [_id(await reader.receive()), _id(await reader.receive())] == [1, 2]
             with pytest.raises(anyio.EndOfStream):
                 await reader.receive()
@@ -181,12 +182,12 @@ async def test_abort_delivers_what_is_in_the_pipe_then_ends_a_parked_receive() -
             tg.start_soon(receive_all)
             await anyio.sleep(0.05)
             os.write(write_fd, _line(_ping(1)))
-            with anyio.fail_after(5):
+            with deadline(5):
                 await first.wait()
             # The writer is gone without closing its end (a process that died with children keeping it).
             os.write(write_fd, _line(_ping(2)))
             reader.abort()
-            with anyio.fail_after(5):
+            with deadline(5):
                 await ended.wait()
         assert got == [1, 2]
         assert not reader.at_eof  # ended by us, not by the other side
@@ -199,7 +200,7 @@ async def test_a_regular_file_is_read_though_it_cannot_be_polled(tmp_path: Path)
     try:
         reader = PipeReader(fd, SESSION_MESSAGES, label="t")
         reader.take = lambda message: message["id"] == 1
-        with anyio.fail_after(5):
+        with deadline(5):
             assert _id(await reader.receive()) == 2
             with pytest.raises(anyio.EndOfStream):
                 await reader.receive()
@@ -215,7 +216,7 @@ async def test_a_writer_behind_a_full_pipe_delivers_everything_in_order() -> Non
             writer.send_nowait(data)
         received = bytearray()
         os.set_blocking(read_fd, False)
-        with anyio.fail_after(10):
+        with deadline(10):
             while len(received) < sum(map(len, messages)):
                 try:
                     received += os.read(read_fd, 1 << 16)
@@ -275,7 +276,7 @@ async def test_take_stops_reading_while_where_it_writes_is_congested() -> None:
             assert not fed.is_set()  # 6 MB did not all go into memory: the reader stopped reading
             expected = sum(map(len, messages))
             os.set_blocking(out_read, False)
-            with anyio.fail_after(30):
+            with deadline(30):
                 while len(received) < expected:
                     try:
                         received += os.read(out_read, 1 << 16)

@@ -39,7 +39,7 @@ from omega_mcp.builtin.schemas import BashOutputArgs, KillShellArgs
 from omega_mcp.errors import ToolError
 from omega_mcp.results import text_result
 from omega_mcp.sandbox.confined import ConfinedProcess
-from omega_mcp.sandbox.policy import MAX_SHELLS_PER_SESSION, SandboxPolicy
+from omega_mcp.sandbox.policy import HUB_CLIENT, MAX_SHELLS_PER_CLIENT, MAX_SHELLS_PER_SESSION, SandboxPolicy
 from omega_mcp.sandbox.processes import terminate_group, tree_alive
 from omega_mcp.sandbox.tracker import ProtectedTree, Run, Undone
 
@@ -72,6 +72,8 @@ class _Shell:
     command: str
     timeout_seconds: float | None
     lifetime_seconds: float = math.inf
+    client: str = HUB_CLIENT
+    """The client whose session started it (`SandboxPolicy.client`): a hub client's cap is over all its sessions."""
     buffer: OutputBuffer = field(default_factory=OutputBuffer)
     process: Process | None = None
     returncode: int | None = None
@@ -176,7 +178,18 @@ class ShellRegistry(AsyncContextManagerMixin):
                 f"Too many background shells are running in this session ({len(mine)} of {self.max_running}: "
                 f"{', '.join(mine)}). Stop one with kill_shell first."
             )
-        shell = _Shell(_new_id(self._shells), owner, command, timeout_seconds, policy.shell_lifetime_seconds)
+        if policy.client != HUB_CLIENT:  # a [hub.clients] token: its sessions share one cap
+            theirs = [shell for shell in self._running() if shell.client == policy.client]
+            if len(theirs) >= MAX_SHELLS_PER_CLIENT:
+                raise ToolError(
+                    f"Too many background shells are running for client {policy.client} ({len(theirs)} of "
+                    f"{MAX_SHELLS_PER_CLIENT} per client, over all its sessions). Stop one with kill_shell in the "
+                    "session that started it, or end that session; the limit is fixed (a client that needs "
+                    "more shells at once needs a [hub.clients] token of its own)."
+                )
+        shell = _Shell(
+            _new_id(self._shells), owner, command, timeout_seconds, policy.shell_lifetime_seconds, policy.client
+        )
         self._shells[shell.shell_id] = shell  # counted against the cap while it starts
         undone: list[Undone] = []
         run: Run | None = None

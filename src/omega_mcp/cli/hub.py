@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from omega_mcp.server.server import OmegaServer
     from omega_mcp.toolbox import Toolbox
 
-__all__ = ["drain_on_sigterm", "ensure_client_workspaces", "hub_operations", "reload_on_sighup"]
+__all__ = [
+    "check_clients",
+    "drain_on_sigterm",
+    "ensure_client_workspaces",
+    "hub_operations",
+    "reload_on_sighup",
+    "reload_once",
+]
 
 logger = logging.getLogger("omega_mcp")
 
@@ -58,6 +65,39 @@ def ensure_client_workspaces(config: Config) -> None:
                 path=str(config.path) if config.path else None,
                 key=f"hub.clients.{name}.workspace",
             ) from None
+
+
+def check_clients(config: Config) -> None:
+    """What `serve --http` refuses in `[hub.clients]`, checked without starting or creating anything
+    (for `omega-mcp tools`): two clients with one token, a client token equal to the hub's own
+    (`OMEGA_TOKEN`, else `$OMEGA_HOME/token` when it exists), a client workspace whose parent is missing.
+
+    Raises:
+        ConfigError: the first such problem, named by its key.
+    """
+    import os
+    import secrets
+
+    from omega_mcp.sandbox.policy import TOKEN_FILE_NAME
+    from omega_mcp.server.auth import HubTokens
+
+    if not config.hub.clients:
+        return
+    hub_token = os.environ.get("OMEGA_TOKEN") or ""
+    if not hub_token:
+        try:
+            hub_token = (config.home / TOKEN_FILE_NAME).read_text(encoding="utf-8").strip()
+        except OSError:
+            hub_token = ""
+    HubTokens(hub_token or secrets.token_urlsafe(32), _client_tokens(config))
+    for name, client in config.hub.clients.items():
+        workspace = client.workspace
+        if workspace is not None and not workspace.is_dir() and not workspace.parent.is_dir():
+            raise ConfigError(
+                f"{workspace} does not exist, nor does its parent {workspace.parent}; create it first",
+                path=str(config.path) if config.path else None,
+                key=f"hub.clients.{name}.workspace",
+            )
 
 
 def _client_tokens(config: Config) -> list[tuple[str, str]]:
@@ -118,6 +158,13 @@ async def reload_on_sighup(
         task_status.started()
         async for _ in signals:
             config = await _reload(config, policy, downstreams, tokens, profiles)
+
+
+async def reload_once(
+    config: Config, policy: SandboxPolicy, downstreams: Downstreams, tokens: HubTokens, profiles: Profiles
+) -> Config:
+    """Reload `config`'s file once, as on SIGHUP (the shared hub does when the file's content changes)."""
+    return await _reload(config, policy, downstreams, tokens, profiles)
 
 
 async def _reload(

@@ -104,6 +104,26 @@ def build_parser() -> argparse.ArgumentParser:
         "name is always accepted (default: [hub] names, else full)",
     )
 
+    attach = sub.add_parser(
+        "attach",
+        help="stdio MCP server for one client window, served by the user's shared hub for this config "
+        "(started detached when none runs)",
+    )
+    attach.add_argument("--config", metavar="PATH", help=_CONFIG_HELP)
+    attach.add_argument("--mode", choices=_MODES, help="this window's sandbox mode (default: the hub's)")
+    attach.add_argument("--workspace", metavar="DIR", help="this window's workspace (default: the hub's)")
+    attach.add_argument("--client-prefix", metavar="PREFIX", help="as for serve")
+    attach.add_argument("--names", choices=("full", "short"), help="as for serve")
+    attach.add_argument("--log-level", metavar="LEVEL", help="stderr log level of the hub this window starts")
+    hub = sub.add_parser(
+        "hub",
+        help="the shared hub of a config: start (and wait until every server settled), status, stop",
+        epilog="Exit codes: 0 done, 1 no hub runs (status, stop) or it did not start, 2 usage error.",
+    )
+    hub.add_argument("action", choices=("start", "status", "stop", "serve"), help="serve: run it here (internal)")
+    hub.add_argument("--json", action="store_true", help="status: one JSON object")
+    hub.add_argument("--config", metavar="PATH", help=_CONFIG_HELP)
+
     tools_help = "list the aggregated namespace with each server's status (exit 1 if an enabled server is down)"
     tools = sub.add_parser(
         "tools",
@@ -115,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(tools)
     tools.add_argument(
         "--json", action="store_true", help="print one JSON object (config, tools, servers, sandbox) instead of a table"
+    )
+    tools.add_argument(
+        "--accept",
+        metavar="SERVER[.TOOL]",
+        help="accept the changed definitions of a server's tools (or of one tool) as they are offered now; "
+        "a running omega serves them again at its next list or call",
     )
 
     call = sub.add_parser("call", help="call one tool and print the result (exit 1 if isError)")
@@ -256,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="point Claude Code at a running hub (e.g. http://127.0.0.1:8765/mcp) instead of starting omega; "
         "the hub has its own workspace and mode",
     )
+    claude.add_argument(
+        "--standalone",
+        action="store_true",
+        help="an entry that runs its own omega (serve) instead of attaching to the user's shared hub (attach)",
+    )
 
     login = sub.add_parser(
         "login",
@@ -286,6 +317,20 @@ class _VisibleFormatter(logging.Formatter):
         return visible(super().format(record))
 
 
+_CLOSED_STREAM_ERRORS = frozenset({"BrokenResourceError", "ClosedResourceError"})
+
+
+class _ClosedStreamNoise(logging.Filter):
+    """Drops the SDK HTTP client's `Error parsing SSE message` traceback when what failed was handing an event
+    to a read stream already closed (a connection shut down mid-event, as `login` does once it has its tools:
+    the SDK's own comment says it is no parse failure); the user is told nothing wrong happened otherwise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        closed = exc is not None and type(exc).__name__ in _CLOSED_STREAM_ERRORS
+        return not (closed and record.name == "mcp.client.streamable_http" and type(exc).__module__.startswith("anyio"))
+
+
 def _setup_logging(level_name: str) -> None:
     level = logging.getLevelNamesMapping().get(level_name.upper())
     if level is None:
@@ -301,6 +346,7 @@ def _setup_logging(level_name: str) -> None:
     # The handler's own level keeps stderr at the chosen level even when an MCP client asks for
     # debug logs (logging/setLevel lowers omega's logger level, not this handler's).
     handler.setLevel(level)
+    handler.addFilter(_ClosedStreamNoise())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(level, logging.WARNING))
@@ -416,9 +462,33 @@ def _check_std_streams(args: argparse.Namespace) -> None:
         raise UsageError(f"{' and '.join(closed)} is closed; `omega-mcp {args.command}` needs it")
 
 
+def _shared_hub(args: argparse.Namespace) -> None:
+    """`hub serve` runs as `serve` does (its checks, early start, toolbox), on the hub's socket."""
+    args.command, args.shared_hub, args.http, args.log_level = "serve", True, False, None
+    args.mode = args.workspace = None
+    # The naming of the window that started it (cli/attach.py), not passed on to the servers.
+    args.client_prefix = os.environ.pop("OMEGA_HUB_CLIENT_PREFIX", None)
+    args.names = os.environ.pop("OMEGA_HUB_NAMES", None) or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["attach"]:
+        from omega_mcp.cli.attach import main as attach
+
+        return attach(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "hub" and args.action != "serve":
+        from omega_mcp.cli.hubd import hub_command
+
+        try:
+            return hub_command(args, sys.stdout)
+        except UsageError as exc:
+            say(f"omega-mcp: error: {exc}")
+            return EXIT_USAGE
+    if args.command == "hub":
+        _shared_hub(args)
     if args.log_level is None:
         # The hub reports its startup and sandbox on stderr; one-shot commands stay quiet.
         args.log_level = "info" if args.command == "serve" else "warning"

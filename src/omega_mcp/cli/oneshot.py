@@ -58,17 +58,35 @@ def _server_line(status: ServerStatus, confinement: dict[str, object]) -> str:
 
 async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early: EarlyStarts | None = None) -> int:
     """Print the tools grouped by origin with each server's status (or all of it as JSON with --json)."""
+    from omega_mcp.cli.hub import check_clients
     from omega_mcp.names import Route
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers
     from omega_mcp.sandbox.servers import confined_servers, describe_confinement, server_policy
 
+    check_clients(config)  # the team configs `serve --http` refuses, refused here too
+    accept = getattr(args, "accept", None)
+    if accept is not None:
+        server_name = accept.partition(".")[0]
+        if server_name not in config.servers:
+            known = ", ".join(config.servers) or "none"
+            raise UsageError(f"--accept {accept}: no server {server_name!r} in the config (servers: {known})")
+        if not config.servers[server_name].pin:
+            raise UsageError(f"--accept {accept}: server {server_name} has pin = false: nothing of it is pinned")
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
-        tools = await toolbox.list_tools()
+        tools = await toolbox.list_tools()  # once every server has connected or failed
+        if accept is not None:
+            return _accept(downstreams, accept, out)
         policy = toolbox.policy
         namespace = toolbox.namespace()
         statuses = downstreams.statuses()
         exported = {s.server_name: [namespace.name_of(Route(s.server_name, t)) for t in s.tools] for s in statuses}
+        pins = downstreams.pins
+        changed = {
+            namespace.name_of(Route(s.server_name, t))
+            for s in statuses
+            for t in (pins.changed(s.server_name) if pins is not None else ())
+        }
         code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
         guard = launch_guard(config, policy)
         confined = {s.server_name: describe_confinement(server_policy(config, s.server_name, guard)) for s in statuses}
@@ -78,6 +96,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                     "state": _state(s),
                     "reason": _reason(s),
                     "tools": exported[s.server_name],
+                    "changed": [n for n in exported[s.server_name] if n in changed],
                     "sandbox": confined[s.server_name],
                 }
                 for s in statuses
@@ -107,8 +126,29 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
             for name in names:
                 description = (by_name[name].description or "").strip()
                 summary = description.splitlines()[0] if description else ""
+                if name in changed:
+                    summary = f"changed: {summary}"
                 out.write(f"  {name:<{width}}  {summary}\n")
     return code
+
+
+def _accept(downstreams: Any, accept: str, out: TextIO) -> int:
+    """`tools --accept SERVER[.TOOL]`: pin the definitions the server offers now (it must be connected)."""
+    server_name, _, tool_name = accept.partition(".")
+    status = next(s for s in downstreams.statuses() if s.server_name == server_name)
+    if status.state != "connected":
+        say(
+            f"omega-mcp: --accept {accept}: server {server_name} is not connected ({_reason(status)}); nothing accepted"
+        )
+        return EXIT_FAILURE
+    if tool_name and tool_name not in status.tools:
+        raise UsageError(f"--accept {accept}: server {server_name} offers no tool {tool_name!r}")
+    accepted = downstreams.pins.accept(server_name, tool_name or None)
+    for name in accepted:
+        out.write(f"accepted {server_name}.{name}\n")
+    if not accepted:
+        out.write(f"nothing changed in {accept}: its pins match what it offers\n")
+    return EXIT_OK
 
 
 def _render_block(block: Any) -> str:

@@ -83,16 +83,21 @@ def run_claude_config(config: Config, args: argparse.Namespace, out: TextIO) -> 
 
 
 def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
-    """`omega-mcp serve --config ... --workspace DIR [--mode M]`, with OMEGA_HOME kept when it is set.
+    """`omega-mcp attach --config ... --workspace DIR [--mode M]` (`--standalone`: `serve`), with
+    OMEGA_HOME kept when it is set.
 
     Claude Code starts a stdio server in the project directory, so the workspace defaults to the
-    current directory: the project `claude-config` is run in.
+    current directory: the project `claude-config` is run in. The attach entry carries
+    `"alwaysLoad": true`: without it Claude Code defers omega's tools behind its own tool search
+    (named in the prompt, absent from the request's `tools`), measured with Claude Code 2.1; with it,
+    and the warm hub answering at once, its first request has every tool.
     """
     script = Path(sys.executable).with_name("omega-mcp")
     found = str(script) if script.exists() else shutil.which("omega-mcp")
     # -P: the project directory (where a model may write) never goes on omega's import path.
     command, prefix = (found, []) if found else (sys.executable, ["-P", "-m", "omega_mcp"])
-    cli_args = [*prefix, "serve"]
+    standalone = bool(getattr(args, "standalone", False))
+    cli_args = [*prefix, "serve" if standalone else "attach"]
     if config.path is not None:
         cli_args += ["--config", str(config.path)]
     cli_args += ["--workspace", os.path.abspath(os.path.expanduser(args.workspace or os.curdir))]
@@ -101,7 +106,10 @@ def _stdio_entry(config: Config, args: argparse.Namespace) -> dict[str, Any]:
     # Claude Code shows the tools as mcp__omega__<name>: omega keeps that whole name within 64 characters.
     cli_args += ["--client-prefix", "mcp__omega__"]
     env = {"OMEGA_HOME": str(config.home)} if os.environ.get("OMEGA_HOME") else {}
-    return {"type": "stdio", "command": command, "args": cli_args, "env": env}
+    entry: dict[str, Any] = {"type": "stdio", "command": command, "args": cli_args, "env": env}
+    if not standalone:
+        entry["alwaysLoad"] = True
+    return entry
 
 
 def _check_url(url: str) -> None:

@@ -36,6 +36,10 @@ async def run_serve(
     config: Config, args: argparse.Namespace, guard: SignalGuard, early: EarlyStarts | None = None
 ) -> int:
     """Serve the toolbox until the client leaves or a signal arrives; returns the exit code."""
+    if getattr(args, "shared_hub", False):
+        from omega_mcp.cli.hubd import run_shared_hub
+
+        return await run_shared_hub(config, args, guard, early)
     if args.http and not 0 < args.port < 65536:
         raise UsageError(f"--port: {args.port} is not a TCP port (1-65535)")
     sockets: list[socket.socket] = []
@@ -95,7 +99,7 @@ async def _serve(
             if hub.tool_search == "off"
             else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
         )
-        profiles = Profiles(policy, hub.clients) if args.http else None
+        profiles = Profiles(policy, hub.clients, hub.max_sessions_per_client) if args.http else None
         if profiles is not None:
             ensure_client_workspaces(config)
         server = build_server(

@@ -221,6 +221,8 @@ class ServerConfig(_Strict):
     """The protocol era omega speaks to the server: the one it offers (2026-07-28 when it can), or only this one."""
     share: Literal["shared", "session"] = "shared"
     """One process for every client, or one per client session (`proxy/pool.py`)."""
+    pin: bool = Field(default=True, strict=True)
+    """Hold a tool whose definition changed since first seen until `omega-mcp tools --accept` (`proxy/pins.py`)."""
     auth: Literal["oauth"] | None = None
     client_id: str | None = None
     client_secret_env: str | None = None
@@ -376,8 +378,19 @@ class ClientConfig(_Strict):
     """The client's own workspace (None: the hub's)."""
     mode: SandboxMode | None = None
     """The client's own sandbox mode (None: the hub's)."""
+    prompts: tuple[str, ...] | None = None
+    """Allow globs over exported prompt names (`<server>__<prompt>`) of the servers it may use; None: all."""
+    resources: tuple[str, ...] | None = None
+    """Allow globs over resource URIs (and templates) of the servers it may use; None: all."""
 
-    _lists = field_validator("tools", "exclude_tools", mode="before")(_need_list)
+    _lists = field_validator("tools", "exclude_tools", "prompts", "resources", mode="before")(_need_list)
+
+    @field_validator("prompts", "resources")
+    @classmethod
+    def _globs(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and any(not g.strip() for g in value):
+            raise ValueError('a list of non-empty glob strings, e.g. ["docs__*"]')
+        return value
 
     @field_validator("workspace", mode="before")
     @classmethod
@@ -414,6 +427,10 @@ class HubConfig(_Strict):
     """Globs of the tools listed even in search mode; None: the built-ins."""
     drain_seconds: float = Field(default=30.0, ge=0, le=3600, allow_inf_nan=False)
     """On SIGTERM, how long requests are still served (and calls in flight may finish) before omega exits."""
+    idle_exit: float = Field(default=600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
+    """The shared hub (`omega-mcp attach`) exits when no window has been attached for this many seconds."""
+    max_sessions_per_client: int = Field(default=32, gt=0, le=100_000, strict=True)
+    """How many handshake-era sessions one client token may hold open at once."""
     clients: dict[ClientKey, ClientConfig] = Field(default_factory=dict[str, ClientConfig])
     """`[hub.clients.NAME]`: the HTTP clients with their own token and profile."""
 

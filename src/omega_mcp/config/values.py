@@ -28,6 +28,8 @@ LISTS = {
     "allow": ("server names", ["server-a"]),
     "allowed_hosts": ("host names", ["omega.internal:8765"]),
     "always_visible": ("globs", ["bash", "read", "mcp__github__*"]),
+    "prompts": ("globs over exported prompt names", ["github__*"]),
+    "resources": ("globs over resource URIs", ["file:///docs/*"]),
 }
 """What each list key holds, and an example of one, for `need_list`'s message."""
 

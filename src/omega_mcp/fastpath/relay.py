@@ -173,6 +173,8 @@ class Relay:
         target = self._downstreams.connected(route.server_name) if route and route.server_name else None
         if route is None or target is None or client_id in self._by_client:
             return False
+        if route.server_name is not None and self._downstreams.held(route.server_name, route.tool_name):
+            return False  # a held tool (proxy/pins.py): the SDK path refuses it
         session, timeout = target
         pipes = session.pipes_for(modern)
         lane = session.lane_for(modern) if pipes is None else None

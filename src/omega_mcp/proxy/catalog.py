@@ -3,8 +3,9 @@
 Prompts are exported as `<server>__<prompt>` (server keys never contain `__`, so the name is
 unambiguous). Resources and resource templates keep their own URIs; when two servers list the
 same URI (or the same template), the first server in config order wins and each hidden one is
-logged once. `resources/read` goes to the server that lists the URI, else to the first server
-(config order) with a template matching it. Results are parsed into SDK models here: this is
+logged once (`ui://` URIs never collide: each server's have a form of their own, apps.py).
+`resources/read` goes to the server a `ui://` URI names, else to the server that lists the URI, else
+to the first server (config order) with a template matching it. Results are parsed into SDK models here: this is
 not the hot path, and the 2026-era wire needs fields (`resultType`) older servers leave out;
 `prompts/get` and `resources/read` come back raw, since a 2026-era client may get an input-required
 round for them (the MCP server turns them into models).
@@ -22,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from omega_mcp.names import prompt_name, server_of_prompt
+from omega_mcp.proxy.apps import client_contents, owner_named, server_uri
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import Catalog
 
@@ -105,7 +107,7 @@ class Exports:
             ) or next((s for _, c, s in self._connected() if any(r.uri == ref.uri for r in c.resources)), None)
             if owner is None:
                 raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
-            wire_ref = {"type": "ref/resource", "uri": ref.uri}
+            wire_ref = {"type": "ref/resource", "uri": server_uri(owner.spec.server_name, ref.uri)}
         capabilities = owner.capabilities
         if capabilities.completions is None:
             return types.CompleteResult(completion=types.Completion(values=[]))
@@ -138,9 +140,18 @@ class Exports:
         items = [(n, t.uri_template, t) for n, c, _ in self._connected() for t in c.resource_templates]
         return self._first_wins("resource template", items)
 
+    def template_owner(self, uri_template: str) -> str | None:
+        """The server whose resource template `uri_template` is exported (the first listing it)."""
+        return next(
+            (n for n, c, _ in self._connected() if any(t.uri_template == uri_template for t in c.resource_templates)),
+            None,
+        )
+
     def owner_of(self, uri: str) -> tuple[str, DownstreamSession] | None:
         """The server a URI belongs to: the one listing it, else the first with a matching template."""
         connected = self._connected()
+        if (named := owner_named(uri, [n for n, _, _ in connected])) is not None:
+            return next((n, s) for n, _, s in connected if n == named)
         listed = next(((n, s) for n, c, s in connected if any(r.uri == uri for r in c.resources)), None)
         if listed is not None:
             return listed
@@ -159,6 +170,7 @@ class Exports:
         if owner is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
         server_name, session = owner
-        params = {**(extra or {}), "uri": uri}
+        params = {**(extra or {}), "uri": server_uri(server_name, uri)}
         with self._calling(server_name):
-            return await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)
+            raw = await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)
+        return client_contents(server_name, raw)

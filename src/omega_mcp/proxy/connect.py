@@ -7,7 +7,10 @@ speaks only the handshake era; SSE first for URLs ending in `/sse`), or a transp
 (tests). On it runs an SDK `ClientSession` over a `JSONRPCDispatcher`, asked its era by
 `eras.negotiate` and wrapped as a `HandshakeChannel` or a `ModernChannel`. Everything is entered on
 the caller's exit stack. Over HTTP an answer is bounded by `max_message_mb` (`bounds.py`). The
-session reads through an `EofWatch`, by which the link notices that its server went away.
+session reads through an `EofWatch`, by which the link notices that its server went away. The probe
+never costs a server (`open_primary`): a stdio server that the probe and handshake together fail
+to connect (it crashed on `server/discover`) is started again and asked the handshake alone, and
+from then on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from mcp.shared.message import SessionMessage
 from omega_mcp._sdk import ReadStream, Streams
 from omega_mcp.proxy.bounds import bound_json
 from omega_mcp.proxy.client_requests import ServerRequests
-from omega_mcp.proxy.eras import Era, EraChoice, HandshakeChannel, negotiate, settle_early
+from omega_mcp.proxy.eras import Era, EraChoice, HandshakeChannel, negotiate, settle_early, usable_answer
 from omega_mcp.proxy.http_lane import Lane, lane_for, with_inbox
 from omega_mcp.proxy.modern import ModernChannel
 from omega_mcp.proxy.oauth import auth_failure, http_auth
@@ -42,7 +45,7 @@ from omega_mcp.proxy.stdio import StdioTransport
 from omega_mcp.version import __version__
 from omega_mcp.wire.pipes import MessageReadStream, PipeReader, PipeWriter
 
-__all__ = ["CLIENT_INFO", "EofWatch", "Link", "open_link"]
+__all__ = ["CLIENT_INFO", "EofWatch", "Link", "open_link", "open_primary"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ class Link:
 
 
 async def _early_answers(read: PipeReader[Any], asked: tuple[str, ...]) -> dict[str, Mapping[str, Any] | MCPError]:
-    """The answers to the probe and handshake `EarlyStarts.start` wrote: until one succeeded or all came back."""
+    """The answers to the probe and handshake `EarlyStarts.start` wrote: until one is usable or all came back."""
     answers: dict[str, Mapping[str, Any] | MCPError] = {}
     keys = {EARLY_IDS[key]: key for key in asked}
     while len(answers) < len(asked):
@@ -108,8 +111,10 @@ async def _early_answers(read: PipeReader[Any], asked: tuple[str, ...]) -> dict[
             continue
         message = item.message
         if isinstance(message, types.JSONRPCResponse) and message.id in keys:
-            answers[keys[message.id]] = message.result
-            break
+            key = keys[message.id]
+            answers[key] = message.result
+            if usable_answer(key, message.result):
+                break
         if isinstance(message, types.JSONRPCError) and message.id in keys:
             answers[keys[message.id]] = MCPError.from_error_data(message.error)
         # Anything else before the answers (a log line as a notification) has no session to go to yet.
@@ -288,3 +293,76 @@ async def open_link(
         on_eof=on_eof,
         stdio=stdio,
     )
+
+
+_HANDSHAKE_ONLY = "era: connected by the handshake alone"
+_NO_RETRY = "era: the handshake alone did not connect it either"
+
+
+class _EofGate:
+    """An `on_eof` that holds back an end of stream seen during the handshake until the attempt is kept
+    (the end of a process the probe crashed is no end of the session)."""
+
+    def __init__(self, on_eof: Callable[[], None]) -> None:
+        self._on_eof = on_eof
+        self._open = False
+        self._ended = False
+
+    def __call__(self) -> None:
+        if self._open:
+            self._on_eof()
+        else:
+            self._ended = True
+
+    def open(self) -> None:
+        self._open = True
+        if self._ended:
+            self._on_eof()
+
+
+async def open_primary(
+    stack: AsyncExitStack,
+    spec: DownstreamSpec,
+    *,
+    memory: set[str],
+    requests: ServerRequests | None,
+    on_message: OnMessage,
+    on_eof: Callable[[], None],
+    early: EarlyStarts | None = None,
+    stdio_ready: Callable[[StdioTransport], None] | None = None,
+) -> Link:
+    """`open_link` in `spec.era`, and for an `auto` server that is no URL and fails it, once more with the
+    handshake alone (a fresh process). `memory` (kept by the supervisor across restarts) remembers the
+    outcome, so a server the probe costs is asked the handshake alone from then on, and one that fails
+    both ways is not started twice each time.
+
+    Raises:
+        The errors of `open_link`.
+    """
+    choice: EraChoice = "handshake" if spec.era == "auto" and _HANDSHAKE_ONLY in memory else spec.era
+    retry = choice == "auto" and not isinstance(spec.target, str) and _NO_RETRY not in memory
+    gate = _EofGate(on_eof)
+    options: dict[str, Any] = {"requests": requests, "on_message": on_message, "stdio_ready": stdio_ready}
+    async with AsyncExitStack() as attempt:
+        try:
+            link = await open_link(attempt, spec, choice=choice, on_eof=gate, early=early, **options)
+        except MCPError as exc:
+            if not retry:
+                gate.open()
+                raise
+            logger.debug("[%s] probe and handshake failed (%s); the handshake alone next", spec.server_name, exc)
+        else:
+            stack.push_async_exit(attempt.pop_all())
+            gate.open()
+            return link
+    gate = _EofGate(on_eof)  # the first attempt's process is stopped: its end is no one's news
+    try:
+        link = await open_link(stack, spec, choice="handshake", on_eof=gate, **options)
+    except Exception:
+        memory.add(_NO_RETRY)
+        gate.open()
+        raise
+    memory.add(_HANDSHAKE_ONLY)
+    logger.info("[%s] connected by the handshake alone (the era probe failed it)", spec.server_name)
+    gate.open()
+    return link

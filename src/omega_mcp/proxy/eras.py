@@ -3,7 +3,9 @@
 A connection opens with both questions at once: `server/discover` (the 2026-07-28 probe) and
 `initialize` (the handshake). A 2026-era server answers the probe (and refuses the handshake that
 follows it); a handshake-era server refuses or ignores the probe and answers the handshake. The
-first answer that succeeds decides, so neither kind of server waits for a timeout, and a stdio
+first usable answer decides (a valid `DiscoverResult` naming a 2026 version, or an `InitializeResult`:
+a lenient handshake server that answers the probe with `{}` is waited on for its handshake), so
+neither kind of server waits for a timeout, and a stdio
 server started early (`spawn.py`) had both lines written before the SDK was even imported. Over
 streamable HTTP the two are asked in turn (the SDK's own `negotiate_auto`): a handshake creates a
 session there. `era = "handshake"` in servers.toml asks only the handshake. The handshake-era
@@ -26,7 +28,7 @@ from pydantic import ValidationError
 
 from omega_mcp._sdk import client_capabilities, client_info, negotiate_auto
 
-__all__ = ["Era", "EraChoice", "HandshakeChannel", "modern_envelope", "negotiate", "settle_early"]
+__all__ = ["Era", "EraChoice", "HandshakeChannel", "modern_envelope", "negotiate", "settle_early", "usable_answer"]
 
 Era = Literal["handshake", "modern"]
 EraChoice = Literal["auto", "handshake", "modern"]
@@ -83,6 +85,21 @@ def _modern(raw: Mapping[str, Any]) -> types.DiscoverResult | None:
     except ValidationError:
         return None
     return result if any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS) else None
+
+
+def _handshake(raw: Mapping[str, Any]) -> types.InitializeResult | None:
+    try:
+        return types.InitializeResult.model_validate(raw, by_name=False)
+    except ValidationError:
+        return None
+
+
+def usable_answer(key: str, answer: Mapping[str, Any] | MCPError) -> bool:
+    """Whether `answer` to the probe ("discover") or the handshake ("initialize") settles the era: a
+    success that is not that method's result (a lenient server's `{}`) settles nothing."""
+    if isinstance(answer, MCPError):
+        return False
+    return (_modern(answer) if key == "discover" else _handshake(answer)) is not None
 
 
 def _initialize_params(session: ClientSession) -> dict[str, Any]:
@@ -149,7 +166,7 @@ async def negotiate(session: ClientSession, dispatcher: Dispatcher[Any], choice:
             answers[key] = await dispatcher.send_raw_request(method, params, opts)
         except MCPError as exc:
             answers[key] = exc
-        if isinstance(answers[key], Mapping) or len(answers) == (1 if choice == "modern" else 2):
+        if usable_answer(key, answers[key]) or len(answers) == (1 if choice == "modern" else 2):
             decided.set()
 
     probe = {"_meta": modern_envelope(session, LATEST_MODERN_VERSION)}

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, cast
 from mcp import types
 from pydantic import BaseModel
 
+from omega_mcp.proxy.apps import resources_for_client, templates_for_client, tool_for_client
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec, usable_tools
 
 __all__ = ["Request", "list_catalog", "list_prompts", "list_resources", "list_tools", "relist"]
@@ -61,7 +62,7 @@ async def list_tools(request: Request, spec: DownstreamSpec, warned: set[str]) -
         if f"filter {glob}" not in warned:  # once per server and glob, across re-lists
             warned.add(f"filter {glob}")
             logger.warning("server %s: the filter %r matches none of its %d tools", spec.server_name, glob, len(tools))
-    return tuple(t for t in tools if spec.exports(t.name))
+    return tuple(tool_for_client(spec.server_name, t) for t in tools if spec.exports(t.name))
 
 
 async def _optional(request: Request, method: str, key: str, model: type[_M], server_name: str) -> tuple[_M, ...]:
@@ -85,14 +86,14 @@ async def list_prompts(
 async def list_resources(
     request: Request, capabilities: types.ServerCapabilities, server_name: str
 ) -> tuple[tuple[types.Resource, ...], tuple[types.ResourceTemplate, ...]]:
-    """The server's resources and resource templates (empty when it has none)."""
+    """The server's resources and resource templates (empty when it has none), `ui://` URIs per server (apps.py)."""
     if capabilities.resources is None:
         return (), ()
     resources = await _optional(request, "resources/list", "resources", types.Resource, server_name)
     templates = await _optional(
         request, "resources/templates/list", "resourceTemplates", types.ResourceTemplate, server_name
     )
-    return resources, templates
+    return resources_for_client(server_name, resources), templates_for_client(server_name, templates)
 
 
 async def list_catalog(

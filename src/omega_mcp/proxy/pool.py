@@ -15,12 +15,17 @@ and subscriptions of such a server are still served by its listing connection.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import os
+import secrets
+import shutil
 from collections.abc import AsyncGenerator, Hashable, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 import anyio
@@ -35,7 +40,7 @@ from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.results import Wire, error_wire
 
-__all__ = ["IDLE_SECONDS", "SESSION", "SessionServers"]
+__all__ = ["IDLE_SECONDS", "SESSION", "SESSION_ROOT", "SessionServers"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,9 @@ IDLE_SECONDS = 600.0
 """How long a session's own connection may go without a call before it is stopped."""
 SESSION: ContextVar[Hashable | None] = ContextVar("omega_session", default=None)
 """The client session a call belongs to (set by the MCP server around each call); None: no session."""
+SESSION_ROOT: ContextVar[tuple[str, Path] | None] = ContextVar("omega_session_root", default=None)
+"""(client name, `$OMEGA_HOME/clients/<client>/sessions`) of the calling client (set beside `SESSION`):
+where its sessions' processes get their own directories; None: below the pool's `default_root`."""
 _STOP_SECONDS = 10.0
 
 
@@ -64,10 +72,16 @@ class _Instance:
 class SessionServers(AsyncContextManagerMixin):
     """The per-session connections of every `share = "session"` server of one omega."""
 
-    def __init__(self, requests: ClientRequests, *, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(
+        self, requests: ClientRequests, *, idle_seconds: float = IDLE_SECONDS, default_root: Path | None = None
+    ) -> None:
         self._requests = requests
         self.idle_seconds = idle_seconds
+        self.default_root = default_root
+        """Where session directories go for a call with no `SESSION_ROOT` (None: they get none)."""
         self._instances: dict[tuple[str, Hashable], _Instance] = {}
+        self._dirs: dict[tuple[str, Hashable], Path] = {}
+        """Each (server, session)'s own directory: kept across idle restarts, removed when the session ends."""
         self._task_group: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
@@ -118,8 +132,30 @@ class SessionServers(AsyncContextManagerMixin):
             instance.last_used = anyio.current_time()
 
     async def end(self, key: Hashable) -> None:
-        """The session `key` ended: stop its connections (bounded)."""
+        """The session `key` ended: stop its connections (bounded) and remove their directories."""
         await self._stop([inst for inst in self._instances.values() if inst.key == key])
+        for slot in [slot for slot in self._dirs if slot[1] == key]:
+            directory = self._dirs.pop(slot)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, directory, ignore_errors=True))
+
+    def _session_spec(self, spec: DownstreamSpec, key: Hashable) -> DownstreamSpec:
+        """`spec` with its own directory for `key` (made now, 0700), when the call names a root."""
+        named = SESSION_ROOT.get()
+        client, root = named if named is not None else (None, self.default_root)
+        if root is None:
+            return spec
+        slot = (spec.server_name, key)
+        directory = self._dirs.get(slot)
+        if directory is None:
+            directory = root / f"{spec.server_name}-{os.getpid()}-{secrets.token_hex(6)}"
+            try:
+                directory.mkdir(mode=0o700, parents=True)
+            except OSError as exc:
+                logger.warning("server %s: no session directory at %s: %s", spec.server_name, directory, exc)
+                return spec
+            self._dirs[slot] = directory
+        return spec.for_session(directory, client)
 
     async def stop_server(self, server_name: str) -> None:
         """Stop every session's connection to a server (removed or changed by a reload)."""
@@ -142,12 +178,12 @@ class SessionServers(AsyncContextManagerMixin):
             if self._task_group is None:
                 raise RuntimeError("SessionServers used outside its context")
             instance = self._instances[slot] = _Instance(spec, key, last_used=anyio.current_time())
-            self._task_group.start_soon(self._run, instance, name=f"omega session server {spec.server_name}")
+            own = self._session_spec(spec, key)
+            self._task_group.start_soon(self._run, instance, own, name=f"omega session server {spec.server_name}")
         instance.busy += 1
         return instance
 
-    async def _run(self, instance: _Instance) -> None:
-        spec = instance.spec
+    async def _run(self, instance: _Instance, spec: DownstreamSpec) -> None:
         requests = self._requests.for_server(spec.server_name, spec.timeout_seconds)
         session = DownstreamSession(spec, requests=requests)
         try:
@@ -172,7 +208,7 @@ class SessionServers(AsyncContextManagerMixin):
         finally:
             instance.ready.set()
             instance.done.set()
-            slot = (spec.server_name, instance.key)
+            slot = (instance.spec.server_name, instance.key)
             if self._instances.get(slot) is instance:
                 del self._instances[slot]
 

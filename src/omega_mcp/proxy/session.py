@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from omega_mcp.loglevels import ROUTED, python_level
 from omega_mcp.proxy.bounds import too_large
 from omega_mcp.proxy.client_requests import CALLER, Caller, ServerRequests
-from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link
+from omega_mcp.proxy.connect import CLIENT_INFO, Link, open_link, open_primary
 from omega_mcp.proxy.eras import Era, HandshakeChannel, modern_envelope
 from omega_mcp.proxy.http_lane import Lane
 from omega_mcp.proxy.listing import list_catalog, list_prompts, list_resources
@@ -96,10 +96,10 @@ class DownstreamSession(AsyncContextManagerMixin):
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
         async with AsyncExitStack() as stack:
-            self._link = await open_link(
+            self._link = await open_primary(
                 stack,
                 self.spec,
-                choice=self.spec.era,
+                memory=self._warned,
                 requests=self._requests,
                 on_message=self._primary_message,
                 on_eof=lambda: self._lost(self.stopped_because() or "the server closed the connection"),
@@ -242,7 +242,7 @@ class DownstreamSession(AsyncContextManagerMixin):
                 self._signal("prompts")
             case types.ResourceListChangedNotification() if follows:
                 self._signal("resources")
-            case types.ResourceUpdatedNotification(params=params) if follows:
+            case types.ResourceUpdatedNotification(params=params) if follows or not primary:
                 await self._updated(params.uri)
             case types.LoggingMessageNotification(params=params):
                 await self._route_log(params)
@@ -417,6 +417,25 @@ class DownstreamSession(AsyncContextManagerMixin):
         modern = self.modern
         if modern is not None:
             modern.subscribe_only(uris)
+
+    async def handshake_subscription(self, uri: str, *, subscribe: bool) -> None:
+        """For a server speaking both eras, (un)subscribe `uri` on its handshake link, the one handshake-era
+        clients' calls use (opened now if need be), when that side offers subscriptions; else nothing.
+
+        Raises:
+            MCPError: the server refused it.
+        """
+        link = self.link
+        if link.era == "handshake" or not link.handshake_too:
+            return
+        second = await self._second_link()
+        resources = second.capabilities.resources if second is not None else None
+        if second is None or resources is None or not resources.subscribe:
+            return
+        channel = second.channel
+        assert isinstance(channel, HandshakeChannel)  # a second link is always the handshake side
+        method = "resources/subscribe" if subscribe else "resources/unsubscribe"
+        await channel.request(method, {"uri": uri}, timeout_seconds=self.spec.timeout_seconds)
 
     # -- listings ----------------------------------------------------------------------------
 

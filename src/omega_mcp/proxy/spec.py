@@ -12,8 +12,10 @@ the whole server down.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from pydantic import ValidationError
 
 from omega_mcp._sdk import Transport
 from omega_mcp.config import Config, HubConfig, ServerConfig, omega_home
+from omega_mcp.envvars import SESSION_DIR_VARIABLE
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.oauth import OAuthSettings, token_file
@@ -141,6 +144,27 @@ class DownstreamSpec:
             era=config.era,
             share=config.share,
         )
+
+    def for_session(self, directory: Path, client: str | None = None) -> DownstreamSpec:
+        """This stdio server's spec for one session's own process: `directory` is its working
+        directory (writable when confined, which it is as `client`: the other clients' trees hidden)
+        and `${OMEGA_SESSION_DIR}` in its args and env expands to it."""
+        target = self.target
+        if not isinstance(target, StdioServerParameters):
+            return self
+        reference, where = f"${{{SESSION_DIR_VARIABLE}}}", str(directory)
+        args = [a.replace(reference, where) for a in target.args]
+        env = {k: v.replace(reference, where) for k, v in target.env.items()} if target.env is not None else None
+        session_target = target.model_copy(update={"args": args, "env": env, "cwd": directory})
+        confinement = self.confinement
+        if confinement is not None:
+            client = client if client is not None else confinement.client
+            confinement = dataclasses.replace(confinement, workspace=directory, client=client)
+        guard = self.guard
+        if guard is not None:  # the tools never write a session directory (SandboxPolicy.protected_paths)
+            spellings = dict.fromkeys((Path(os.path.normpath(directory)), Path(os.path.realpath(directory))))
+            guard = dataclasses.replace(guard, exempt=(*guard.exempt, *spellings))
+        return dataclasses.replace(self, target=session_target, confinement=confinement, guard=guard)
 
     def refusal(self, started_by: str | None = None) -> str | None:
         """Why this server must never be started (a config problem, or omega running itself), else None.

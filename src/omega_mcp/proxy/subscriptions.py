@@ -4,9 +4,12 @@ A client subscribes (`resources/subscribe` in the handshake era, a `subscription
 the 2026 era) to a URI of the namespace; the server that owns it (the one `resources/read` would
 go to) is asked once for all of omega's clients: `resources/subscribe` on its first subscriber and
 `resources/unsubscribe` after its last (handshake era), or its listen filter set to the URIs wanted
-(2026 era). A reconnected server is asked again for everything still wanted. A server that does
-not offer subscriptions refuses them the way it would refuse a direct client. `subscribers(uri)`
-says who gets a `resources/updated` for a URI.
+(2026 era). A server speaking both eras is asked on the side its subscriber speaks: a handshake-era
+client's subscription also goes to the server's handshake link (`resources/subscribe`), the one that
+client's calls use (a second process of a stdio server), as a direct connection would have it; its
+updates there come back like any other. A reconnected server is asked again for everything still
+wanted. A server that does not offer subscriptions refuses them the way it would refuse a direct
+client. `subscribers(uri)` says who gets a `resources/updated` for a URI.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Protocol
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.proxy.apps import server_uri
 from omega_mcp.proxy.spec import DownstreamSpec
 
 __all__ = ["SubscriptionServer", "Subscriptions"]
@@ -41,6 +45,8 @@ class SubscriptionServer(Protocol):
 
     async def set_subscriptions(self, uris: list[str]) -> None: ...
 
+    async def handshake_subscription(self, uri: str, *, subscribe: bool) -> None: ...
+
 
 Owner = Callable[[str], tuple[str, SubscriptionServer] | None]
 """The connected server owning a URI: `(server_name, session)`, or None (`Exports.owner_of`)."""
@@ -52,9 +58,13 @@ class Subscriptions:
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
         self._wanted: dict[str, dict[str, set[object]]] = {}  # server_name -> uri -> clients
+        self._modern: set[int] = set()  # ids of the 2026-era subscribers (listen streams) among the clients
 
-    async def subscribe(self, client: object, uri: str) -> None:
-        """`client` wants `resources/updated` for `uri` from now on.
+    def _handshake_clients(self, server_name: str, uri: str) -> int:
+        return sum(1 for c in self._wanted.get(server_name, {}).get(uri, ()) if id(c) not in self._modern)
+
+    async def subscribe(self, client: object, uri: str, *, modern: bool = False) -> None:
+        """`client` (a 2026-era listen stream when `modern`) wants `resources/updated` for `uri` from now on.
 
         Raises:
             MCPError: no connected server has the URI, or its server refused the subscription.
@@ -70,11 +80,15 @@ class Subscriptions:
             )
         clients = self._wanted.setdefault(server_name, {}).setdefault(uri, set())
         first = not clients
+        first_handshake = not modern and self._handshake_clients(server_name, uri) == 0
         clients.add(client)
-        if not first:
-            return
+        if modern:
+            self._modern.add(id(client))
         try:
-            await self._ask(server_name, session, uri, subscribe=True)
+            if first:
+                await self._ask(server_name, session, uri, subscribe=True)
+            if first_handshake and session.era != "handshake":
+                await session.handshake_subscription(server_uri(server_name, uri), subscribe=True)
         except BaseException:
             self._drop(server_name, uri, client)
             raise
@@ -82,15 +96,15 @@ class Subscriptions:
     async def unsubscribe(self, client: object, uri: str) -> None:
         """`client` no longer wants updates of `uri` (a URI it never subscribed to is fine)."""
         for server_name, uris in list(self._wanted.items()):
-            if client in uris.get(uri, set()) and self._drop(server_name, uri, client):
-                await self._release(server_name, uri)
+            if client in uris.get(uri, set()):
+                await self._release(server_name, uri, client)
 
     async def forget(self, client: object) -> None:
         """A client went away: everything it subscribed to."""
         for server_name, uris in list(self._wanted.items()):
             for uri in [u for u, clients in uris.items() if client in clients]:
-                if self._drop(server_name, uri, client):
-                    await self._release(server_name, uri)
+                await self._release(server_name, uri, client)
+        self._modern.discard(id(client))
 
     def subscribers(self, server_name: str, uri: str) -> set[object]:
         """Who wants an update of `uri` from `server_name`."""
@@ -101,11 +115,12 @@ class Subscriptions:
         timeout_seconds = session.spec.timeout_seconds
         uris = list(self._wanted.get(server_name, {}))
         if session.era != "handshake":
-            await session.set_subscriptions(uris)
+            await session.set_subscriptions([server_uri(server_name, u) for u in uris])
             return
         for uri in uris:
             try:
-                await session.request("resources/subscribe", {"uri": uri}, timeout_seconds=timeout_seconds)
+                asked = {"uri": server_uri(server_name, uri)}
+                await session.request("resources/subscribe", asked, timeout_seconds=timeout_seconds)
             except MCPError as exc:
                 logger.warning("server %s: subscribing to %s again failed: %s", server_name, uri, exc.message)
 
@@ -123,21 +138,28 @@ class Subscriptions:
         del uris[uri]
         return True
 
-    async def _release(self, server_name: str, uri: str) -> None:
+    async def _release(self, server_name: str, uri: str, client: object) -> None:
+        """`client` no longer wants `uri` of `server_name`: the server is told what is no longer wanted."""
+        handshake_left = id(client) not in self._modern and self._handshake_clients(server_name, uri) == 1
+        last = self._drop(server_name, uri, client)
         owner = self._owner(uri)
         if owner is None or owner[0] != server_name:
             return  # gone (or moved): it was asked by a connection that no longer exists
         try:
-            await self._ask(server_name, owner[1], uri, subscribe=False)
+            if handshake_left and owner[1].era != "handshake":
+                await owner[1].handshake_subscription(server_uri(server_name, uri), subscribe=False)
+            if last:
+                await self._ask(server_name, owner[1], uri, subscribe=False)
         except MCPError as exc:
             logger.debug("server %s: unsubscribing from %s failed: %s", server_name, uri, exc.message)
 
     async def _ask(self, server_name: str, session: SubscriptionServer, uri: str, *, subscribe: bool) -> None:
         if session.era != "handshake":
-            await session.set_subscriptions(list(self._wanted.get(server_name, {})))
+            await session.set_subscriptions([server_uri(server_name, u) for u in self._wanted.get(server_name, {})])
             return
         method = "resources/subscribe" if subscribe else "resources/unsubscribe"
-        await session.request(method, {"uri": uri}, timeout_seconds=session.spec.timeout_seconds)
+        asked = {"uri": server_uri(server_name, uri)}
+        await session.request(method, asked, timeout_seconds=session.spec.timeout_seconds)
 
 
 UpdateSink = Callable[[str, set[object]], Awaitable[None]]

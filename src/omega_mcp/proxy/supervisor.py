@@ -21,6 +21,7 @@ connection itself, once, in one line.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
@@ -38,10 +39,12 @@ from pydantic import ValidationError
 from omega_mcp.config import Config
 from omega_mcp.errors import OAuthError, first_leaf
 from omega_mcp.names import server_prefixes
+from omega_mcp.proxy.apps import client_uri
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.listing import relist
+from omega_mcp.proxy.pins import Pins, held_message
 from omega_mcp.proxy.pool import SESSION, SessionServers
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
@@ -103,6 +106,7 @@ class Downstreams(AsyncContextManagerMixin):
         early: EarlyStarts | None = None,
         one_shot: bool = False,
         client_requests: ClientRequests | None = None,
+        pins: Pins | None = None,
     ) -> None:
         """`early` holds servers the CLI started before the SDK loaded; first connections adopt them.
 
@@ -112,6 +116,10 @@ class Downstreams(AsyncContextManagerMixin):
         to the MCP clients of omega, with no provider and no roots of omega's own).
         """
         self._early = early
+        self.pins = pins
+        """The pinned tool definitions (pins.py); None: nothing is pinned (tests, embedders)."""
+        self._offered: dict[str, Catalog] = {}
+        """Each server's catalog as it offers it, before its changed tools are held."""
         self.client_requests = client_requests if client_requests is not None else ClientRequests()
         self.client_requests.roots_listener = self.send_roots_list_changed
         self._one_shot = one_shot
@@ -146,7 +154,11 @@ class Downstreams(AsyncContextManagerMixin):
 
     @classmethod
     def from_config(cls, config: Config, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order (`spec.specs_from_config`)."""
+        """One spec per `[servers.NAME]` entry, in config order (`spec.specs_from_config`), with their
+        tools pinned under `$OMEGA_HOME/state/pins` (but those of `pin = false` servers)."""
+        if "pins" not in options:
+            unpinned = [name for name, server in config.servers.items() if not server.pin]
+            options["pins"] = Pins(config.home / "state" / "pins", unpinned)
         return cls(specs_from_config(config, guard), **options)
 
     @asynccontextmanager
@@ -269,6 +281,9 @@ class Downstreams(AsyncContextManagerMixin):
         self._replace_catalog(entry, Catalog())
 
     def _replace_catalog(self, entry: Entry, catalog: Catalog, announce: set[str] | None = None) -> None:
+        if self.pins is not None:
+            self._offered[entry.spec.server_name] = catalog
+            catalog = dataclasses.replace(catalog, tools=self.pins.apply(entry.spec.server_name, catalog.tools))
         old, entry.catalog = entry.catalog, catalog
         entry.tools_by_name = {t.name: t for t in catalog.tools}
         said = announce or set()
@@ -356,6 +371,10 @@ class Downstreams(AsyncContextManagerMixin):
         if self._task_group is not None and spec.enabled and not entry.refused:
             self._task_group.start_soon(self._supervise, entry, name=f"omega downstream {spec.server_name}")
 
+    def respec(self, spec: DownstreamSpec) -> None:
+        """Take a spec that differs from the running one only where no restart is needed (reload.py)."""
+        self._entries[spec.server_name].spec = spec
+
     async def remove(self, server_name: str) -> None:
         """Stop a server (bounded) and take its tools out of the namespace (removed by a reload)."""
         entry = self._entries.pop(server_name)
@@ -378,8 +397,22 @@ class Downstreams(AsyncContextManagerMixin):
 
     # -- tools -------------------------------------------------------------------------------
 
+    def _check_pins(self) -> None:
+        """Serve again what `omega-mcp tools --accept` accepted meanwhile (its pins file changed)."""
+        if self.pins is not None and self.pins.refresh():
+            for name, entry in self._entries.items():
+                offered = self._offered.get(name)
+                if offered is not None:
+                    self._replace_catalog(entry, offered)
+
+    def held(self, server_name: str, tool_name: str) -> bool:
+        """Whether a tool is held: its definition changed since first seen and nobody accepted it."""
+        self._check_pins()
+        return self.pins is not None and self.pins.held(server_name, tool_name)
+
     def tools(self) -> Sequence[tuple[str, types.Tool]]:
         """Every exported tool as `(server_name, tool)`: config order, then each server's order."""
+        self._check_pins()
         if self._tools_cache is None:
             self._tools_cache = tuple(
                 (name, tool) for name, entry in self._entries.items() for tool in entry.catalog.tools
@@ -435,6 +468,8 @@ class Downstreams(AsyncContextManagerMixin):
             return error_wire(f"no downstream server named {server_name!r}")
         if entry.session is None:
             return error_wire(self.down_message(server_name))
+        if self.held(server_name, tool_name):
+            return error_wire(f"{held_message(server_name, tool_name)}: its definition changed since first seen")
         if entry.spec.share == "session" and (key := SESSION.get()) is not None:
             return await self.pool.call_tool(
                 entry.spec, key, tool_name, arguments, progress=progress, meta=meta, extra=extra
@@ -457,6 +492,7 @@ class Downstreams(AsyncContextManagerMixin):
 
     async def _updated(self, server_name: str, uri: str) -> None:
         sink = self.resources_updated
+        uri = client_uri(server_name, uri)  # a `ui://` URI in its namespace form (apps.py)
         subscribers = self.subscriptions.subscribers(server_name, uri)
         if sink is not None and subscribers:
             await sink(uri, subscribers)

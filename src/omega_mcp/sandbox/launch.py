@@ -269,7 +269,7 @@ def _macos_argv(policy: SandboxPolicy, plan: _Plan) -> list[str]:
 
 def _ensure_dirs(policy: SandboxPolicy) -> bool:
     """Make what bash needs; whether anything was made (which changes what to pin and protect)."""
-    dirs = [(policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.scratch_dir, 0o700)]
+    dirs = [(policy.workspace, 0o755), (policy.tmp_dir, 0o700), (policy.client_dir, 0o700), (policy.scratch_dir, 0o700)]
     if policy.private_tmp is not None:
         dirs += [(policy.private_tmp_root, 0o700), (policy.private_tmp, 0o700)]
     if policy.mode != "rwx":

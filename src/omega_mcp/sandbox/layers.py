@@ -76,7 +76,7 @@ def sandbox_layers(
         else "on: none of omega's files lies inside a write root",
         "protected_names": _protected(policy, sandbox, confined),
         "private_tmp": _private(
-            sandbox, "a /tmp per client session under $OMEGA_HOME/tmp, shared with read/write/edit"
+            sandbox, "a /tmp per client session under $OMEGA_HOME/clients/<client>/tmp, shared with read/write/edit"
         ),
         "file_tools_in_world": _file_tools(sandbox),
         "private_dev": _private(sandbox, "/dev holds null, zero, full, random, urandom, tty, its own pts and /dev/shm")

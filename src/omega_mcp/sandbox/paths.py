@@ -99,6 +99,9 @@ def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     """Why `target` may never be written (any mode), or None. `target` is lexical or real."""
     if target == DEV_NULL:
         return None
+    other = _other_client_reason(policy, target)
+    if other is not None:
+        return other
     for protected in policy.protected_paths:
         for alias in _aliases(protected):
             if target.is_relative_to(alias):
@@ -112,6 +115,17 @@ def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
         if target.is_relative_to(system):
             return f"{system} is a system directory, never writable by the file tools (every mode)"
     return protected_reason(policy, target)
+
+
+def _other_client_reason(policy: SandboxPolicy, target: Path) -> str | None:
+    """Why `target` belongs to another hub client (its workspace, its tree), or None."""
+    for foreign in policy.foreign:
+        if any(target.is_relative_to(alias) for alias in _aliases(foreign)):
+            return f"{foreign} is another client's workspace; this client works in {policy.workspace}"
+    for alias in _aliases(policy.clients_dir):
+        if target.is_relative_to(alias) and not any(target.is_relative_to(a) for a in _aliases(policy.client_dir)):
+            return f"{target} is in another client's tree; this client's own is {policy.client_dir}"
+    return None
 
 
 def _other_session_tmp(policy: SandboxPolicy, target: Path) -> bool:
@@ -308,6 +322,9 @@ def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
         if target.is_relative_to(alias):
             return "omega's state files are never readable by the tools"
     if policy.mode != "rwx":
+        other = _other_client_reason(policy, target)
+        if other is not None:
+            return f"hidden from this client: {other}"
         for hidden in policy.hidden:
             if any(target.is_relative_to(alias) for alias in _aliases(hidden)):
                 return f"hidden from the tools by [sandbox] hide ({unhide_hint(hidden)})"

@@ -18,7 +18,15 @@ from pathlib import Path
 from omega_mcp.config import Config, OnDenied, SandboxMode
 from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, effective_protected
 
-__all__ = ["MAX_SHELLS_PER_SESSION", "SYSTEM_DIRS", "SandboxPolicy", "interpreter_dirs"]
+__all__ = [
+    "CLIENTS_DIR_NAME",
+    "HUB_CLIENT",
+    "MAX_SHELLS_PER_CLIENT",
+    "MAX_SHELLS_PER_SESSION",
+    "SYSTEM_DIRS",
+    "SandboxPolicy",
+    "interpreter_dirs",
+]
 
 SYSTEM_DIRS: tuple[Path, ...] = tuple(
     Path(p)
@@ -50,6 +58,13 @@ PRIVATE_TMP_DIR_NAME = "tmp"
 MAX_SHELLS_PER_SESSION = 8
 """Background shells that may run at once per client session (`builtin/shells.py`)."""
 QUARANTINE_DIR_NAME = "quarantine"
+MAX_SHELLS_PER_CLIENT = 8
+"""Background shells that may run at once per client, over all its sessions (`builtin/shells.py`)."""
+CLIENTS_DIR_NAME = "clients"
+"""`$OMEGA_HOME/clients`: one tree per client (`SandboxPolicy.client_dir`)."""
+HUB_CLIENT = "@hub"
+"""The client of plain `serve`, stdio and the hub's own token: a name no `[hub.clients.NAME]` can have
+(those are letters, digits, '-' and '_'), so its tree is never another client's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +108,10 @@ class SandboxPolicy:
     foreign: tuple[Path, ...] = ()
     """Other hub clients' workspaces (`server/profiles.py`): never writable, and hidden like omega's own
     files (from bash too in sandbox and rx modes)."""
+    client: str = HUB_CLIENT
+    """Whose tools run under this policy (`server/profiles.py`): their scratch, caches, private /tmp
+    directories and per-session server directories live in `$OMEGA_HOME/clients/<client>/`, and
+    every other client's tree is neither writable nor visible to them (sandbox and rx modes)."""
     private_tmp: Path | None = None
     """The calling session's private directory that stands in for `tmp_dir` (`sandbox/world.py`): bash
     sees it at `tmp_dir` and the file tools map `tmp_dir/...` into it. None: bash gets an empty private
@@ -159,10 +178,37 @@ class SandboxPolicy:
         return self.home / SESSIONS_DIR_NAME
 
     @property
+    def clients_dir(self) -> Path:
+        """`$OMEGA_HOME/clients`: every client's own tree, one directory each."""
+        return self.home / CLIENTS_DIR_NAME
+
+    @property
+    def client_dir(self) -> Path:
+        """`$OMEGA_HOME/clients/<client>`: this client's scratch, caches, private /tmp directories and
+        session directories; the file tools' corner of the data directory."""
+        return self.clients_dir / self.client
+
+    @property
     def private_tmp_root(self) -> Path:
-        """`$OMEGA_HOME/tmp`: every client session's private /tmp (`sandbox/world.py`), each a directory
-        below; neither bash nor the file tools reach another session's."""
-        return self.home / PRIVATE_TMP_DIR_NAME
+        """`$OMEGA_HOME/clients/<client>/tmp`: every session's private /tmp of this client
+        (`sandbox/world.py`), each a directory below; neither bash nor the file tools reach another
+        session's."""
+        return self.client_dir / PRIVATE_TMP_DIR_NAME
+
+    @property
+    def session_dirs_root(self) -> Path:
+        """`$OMEGA_HOME/clients/<client>/sessions`: the working directories of this client's
+        `share = "session"` server processes (`proxy/pool.py`), one per session."""
+        return self.client_dir / SESSIONS_DIR_NAME
+
+    def foreign_trees(self) -> tuple[Path, ...]:
+        """The other clients' trees that exist now (one directory listing): hidden from bash and
+        confined servers, which cannot write them anyway (their write roots are this client's)."""
+        try:
+            entries = sorted(os.scandir(self.clients_dir), key=lambda e: e.name)
+        except OSError:
+            return ()
+        return tuple(Path(e.path) for e in entries if e.name != self.client)
 
     @property
     def quarantine_dir(self) -> Path:
@@ -171,8 +217,9 @@ class SandboxPolicy:
 
     @property
     def scratch_dir(self) -> Path:
-        """`$OMEGA_HOME/scratch`: bash's writable corner of the data directory."""
-        return self.home / SCRATCH_DIR_NAME
+        """`$OMEGA_HOME/clients/<client>/scratch`: bash's writable corner of the data directory (its
+        caches below `cache/`), this client's own."""
+        return self.client_dir / SCRATCH_DIR_NAME
 
     @property
     def token_file(self) -> Path:
@@ -194,6 +241,8 @@ class SandboxPolicy:
         paths = [self.home / "servers.toml", self.token_file, self.state_dir, self.run_dir, self.servers_dir]
         paths.append(self.sessions_dir)
         paths.append(self.quarantine_dir)
+        if self.server_name is None:  # the tools never write a session server's directory (its own cwd)
+            paths += [self.session_dirs_root, self.client_dir / "node_modules"]
         # npm puts every node_modules/.bin above a server's cwd ($OMEGA_HOME/servers/NAME) on its PATH.
         paths.append(self.home / "node_modules")
         paths += [*self.config_candidates, *self.own_code, *self.foreign]
@@ -206,7 +255,7 @@ class SandboxPolicy:
         """Roots the file tools may write beneath; `/` in rwx mode (blocklist still applies)."""
         if self.mode == "rwx":
             return (Path("/"),)
-        return tuple(dict.fromkeys((self.workspace, self.home, self.tmp_dir, *self.write_roots)))
+        return tuple(dict.fromkeys((self.workspace, self.client_dir, self.tmp_dir, *self.write_roots)))
 
     @property
     def bash_write_roots(self) -> tuple[Path, ...]:
@@ -229,10 +278,11 @@ class SandboxPolicy:
 
     @property
     def hidden_paths(self) -> tuple[Path, ...]:
-        """What bash must not see in this mode: `hidden` plus `own_hidden`; none in rwx."""
+        """What bash must not see in this mode: `hidden`, `own_hidden` and the other clients' trees
+        that exist now (`foreign_trees`); none in rwx."""
         if self.mode == "rwx":
             return ()
-        return tuple(dict.fromkeys((*self.hidden, *self.own_hidden)))
+        return tuple(dict.fromkeys((*self.hidden, *self.own_hidden, *self.foreign_trees())))
 
     @property
     def bash_network(self) -> bool:

@@ -1,4 +1,4 @@
-"""Each client session's private /tmp: a directory under `$OMEGA_HOME/tmp`, gone when the session ends.
+"""Each client session's private /tmp: a directory in `$OMEGA_HOME/clients/<client>/tmp`, gone with the session.
 
 bash sees its session's directory at `tmp_dir` (`/tmp`), bound there in its mount namespace, and the
 file tools map `tmp_dir/...` into it (`SandboxPolicy.private_tmp`, `paths.py`), so what bash writes
@@ -31,7 +31,7 @@ __all__ = ["Worlds", "ensure_private_tmp", "host_path", "remove_tree"]
 
 
 def ensure_private_tmp(policy: SandboxPolicy) -> None:
-    """Make the policy's private /tmp (and `$OMEGA_HOME/tmp`), 0700, when it does not exist yet.
+    """Make the policy's private /tmp (and its client's `tmp/`), 0700, when it does not exist yet.
 
     Raises:
         OSError: it cannot be made.

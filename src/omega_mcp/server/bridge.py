@@ -16,12 +16,18 @@ within `IDLE_SECONDS` is cancelled too. A request that never asks answers its fi
 result, as without the bridge. A client that declares neither sampling, elicitation nor roots
 cannot be asked anything: its requests skip the bridge (`asks_nothing`) and run with an
 `Unreachable` caller, so that a server's request is declined (or answered by omega).
+
+Behind a balancer a round's continuation must reach the replica holding the request (its state is a
+running downstream request, which cannot travel). A request that arrives with `Omega-Replica: NAME`
+(HAProxy's `http-send-name-header`, deploy/haproxy.cfg) gets states `omega-round:NAME:<token>`,
+so the balancer can send the retry to server NAME by its body alone (`replica_of_request`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,7 +43,16 @@ from mcp.shared.exceptions import MCPError
 from omega_mcp.loglevels import allows
 from omega_mcp.proxy.client_requests import CALLER, InputRequest
 
-__all__ = ["IDLE_SECONDS", "STATE_PREFIX", "Bridge", "ModernCaller", "Unreachable", "asks_nothing"]
+__all__ = [
+    "IDLE_SECONDS",
+    "REPLICA_HEADER",
+    "STATE_PREFIX",
+    "Bridge",
+    "ModernCaller",
+    "Unreachable",
+    "asks_nothing",
+    "replica_of_request",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +61,9 @@ IDLE_SECONDS = 60.0
 STATE_PREFIX = "omega-round:"
 """How omega's own `requestState` values begin (any other is a downstream's, passed on)."""
 
+REPLICA_HEADER = "omega-replica"
+"""The request header a balancer names the replica with (deploy/haproxy.cfg: `http-send-name-header`)."""
+_REPLICA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _R = TypeVar("_R", bound=types.Result)
 _LEVELS: dict[str, types.LoggingLevel] = {
     name: name for name in ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -108,10 +126,16 @@ class _Call(ModernCaller):
     """A request kept running across rounds; also the `Caller` of its downstream requests."""
 
     def __init__(
-        self, session: ServerSession, meta: dict[str, Any] | None, report: ProgressFnT, client: object
+        self,
+        session: ServerSession,
+        meta: dict[str, Any] | None,
+        report: ProgressFnT,
+        client: object,
+        replica: str | None = None,
     ) -> None:
         super().__init__(session, meta)
         self.state = ""
+        self.state_prefix = f"{STATE_PREFIX}{replica}:" if replica else STATE_PREFIX
         self._client = client
         self.report = report
         self.asks: dict[str, _Ask] = {}
@@ -193,11 +217,13 @@ class Bridge:
         *,
         report: ProgressFnT,
         client: object | None = None,
+        replica: str | None = None,
     ) -> Raw | types.InputRequiredResult:
         """One round of a request: `run(progress)` makes it (the first round starts it).
 
         `client` identifies the client when the transport does (a 2026-era stdio stream has one);
         a 2026-era HTTP request carries no identity, and each of its requests counts as its own client.
+        `replica` (`replica_of_request`) is named in the round's states, for the balancer.
 
         Raises:
             MCPError: INVALID_PARAMS for one of omega's `requestState` values that names no waiting request.
@@ -211,7 +237,7 @@ class Bridge:
             call.session = session  # and so do its log messages
             call.answer(input_responses or {})
         else:
-            call = _Call(session, meta, report, client)
+            call = _Call(session, meta, report, client, replica)
             self._task_group.start_soon(self._run, call, run, name="omega bridged request")
         return await self._round(call)
 
@@ -255,7 +281,7 @@ class Bridge:
         finished = False
         try:
             while True:
-                call.state = f"{STATE_PREFIX}{secrets.token_urlsafe(24)}"  # a fresh state for every round
+                call.state = f"{call.state_prefix}{secrets.token_urlsafe(24)}"  # a fresh state for every round
                 outcome = call.outcome()
                 if outcome is not None:
                     break
@@ -276,3 +302,11 @@ class Bridge:
             call.poke()
             if finished:  # its outcome is delivered: let the request's task end
                 call.idle.set()
+
+
+def replica_of_request(http_request: object) -> str | None:
+    """The replica name a balancer gave an HTTP request (`Omega-Replica`), when it is a plain name."""
+    headers = getattr(http_request, "headers", None)
+    getter = getattr(headers, "get", None)
+    name = getter(REPLICA_HEADER) if callable(getter) else None
+    return name if isinstance(name, str) and _REPLICA_NAME.fullmatch(name) else None

@@ -7,6 +7,9 @@ bridge over a handshake-era server). Subscriptions (proxy/subscriptions.py) come
 `resources/subscribe` (handshake era; dropped when the connection closes) and from the URIs of a
 `subscriptions/listen` filter (2026 era; dropped when the stream ends); a server's
 `resources/updated` reaches exactly the connections and streams that asked for that URI.
+A hub client (`PROFILE`) sees all of this only of the servers whose tools its profile allows some
+of, narrowed by its `prompts`/`resources` globs; a hidden prompt or resource is, to it, an unknown one
+(the same error).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp._sdk import connection_of
+from omega_mcp.names import server_of_prompt
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.server.bridge import ours
 from omega_mcp.server.pages import page
+from omega_mcp.server.profiles import PROFILE
 
 __all__ = ["AsCaller", "CatalogHandlers", "Raw"]
 
@@ -90,16 +95,43 @@ class CatalogHandlers:
             "on_subscriptions_listen": self.listen,
         }
 
+    # -- the calling client's view (server/profiles.py) ----------------------------------------
+
+    def _prompt_visible(self, name: str) -> bool:
+        profile = PROFILE.get()
+        if profile is None:
+            return True
+        server = next((s for s in self.catalog.specs() if server_of_prompt(s, name) is not None), None)
+        return server is not None and profile.allows_prompt(self.catalog, server, name)
+
+    def _resource_visible(self, uri: str, *, template: bool = False) -> bool:
+        profile = PROFILE.get()
+        if profile is None:
+            return True
+        exports = self.catalog.exports
+        owner = exports.template_owner(uri) if template else next(iter(exports.owner_of(uri) or ()), None)
+        return isinstance(owner, str) and profile.allows_resource(self.catalog, owner, uri)
+
+    def _check_prompt(self, name: str) -> None:
+        if not self._prompt_visible(name):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
+
+    def _check_resource(self, uri: str, *, template: bool = False) -> None:
+        if not self._resource_visible(uri, template=template):
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+
     async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         self._remember(ctx.session)
         await self.catalog.wait_ready()
-        prompts, cursor = page(self.catalog.exports.prompts(), params, "prompts")
+        visible = [p for p in self.catalog.exports.prompts() if self._prompt_visible(p.name)]
+        prompts, cursor = page(visible, params, "prompts")
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
     async def get_prompt(
         self, ctx: Any, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         await self.catalog.wait_settled(self.catalog.starting(params.name))  # its server may still be starting
+        self._check_prompt(params.name)
         sent = {**_forwarded(params), **({"arguments": params.arguments} if params.arguments is not None else {})}
 
         async def run(progress: ProgressFnT) -> Raw:
@@ -112,20 +144,24 @@ class CatalogHandlers:
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         self._remember(ctx.session)
         await self.catalog.wait_ready()
-        resources, cursor = page(self.catalog.exports.resources(), params, "resources")
+        visible = [r for r in self.catalog.exports.resources() if self._resource_visible(r.uri)]
+        resources, cursor = page(visible, params, "resources")
         return types.ListResourcesResult(resources=resources, next_cursor=cursor)
 
     async def list_resource_templates(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         await self.catalog.wait_ready()
-        templates, cursor = page(self.catalog.exports.resource_templates(), params, "resources/templates")
+        exported = self.catalog.exports.resource_templates()
+        visible = [t for t in exported if self._resource_visible(t.uri_template, template=True)]
+        templates, cursor = page(visible, params, "resources/templates")
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
     async def read_resource(
         self, ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         await self.catalog.wait_ready()  # its server may still be starting
+        self._check_resource(params.uri)
 
         async def run(progress: ProgressFnT) -> Raw:
             return await self.catalog.exports.read_resource(params.uri, _forwarded(params))
@@ -135,12 +171,18 @@ class CatalogHandlers:
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         await self.catalog.wait_ready()
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            self._check_prompt(ref.name)
+        elif not self._resource_visible(ref.uri, template=True):
+            self._check_resource(ref.uri)
         return await self.catalog.exports.complete(params)
 
     # -- subscriptions -----------------------------------------------------------------------
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
         await self.catalog.wait_ready()
+        self._check_resource(params.uri)
         connection = connection_of(ctx.session)
         if not connection.state.get(_FORGETS):
             connection.state[_FORGETS] = True
@@ -158,8 +200,10 @@ class CatalogHandlers:
         subscriptions = self.catalog.subscriptions
         try:
             for uri in params.notifications.resource_subscriptions or ():
+                if not self._resource_visible(uri):
+                    continue  # to this client an unknown URI: honored, never fires
                 try:
-                    await subscriptions.subscribe(stream, uri)
+                    await subscriptions.subscribe(stream, uri, modern=True)
                 except MCPError as exc:  # honored anyway, as a server honors any URI: it just never fires
                     logger.debug("listen: %s is not subscribed downstream: %s", uri, exc.message)
             return await self._listen(ctx, params)

@@ -56,12 +56,12 @@ from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import from_wire, modern_complete, to_wire
 from omega_mcp.server.approver import elicitation_approver
-from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours
+from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours, replica_of_request
 from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
-from omega_mcp.server.profiles import PROFILE, ClientScope, Profiles, input_schema_for_caller
+from omega_mcp.server.profiles import PROFILE, WINDOW, ClientScope, Profiles, input_schema_for_caller
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.server.tracing import request_spans
 from omega_mcp.toolbox import Toolbox
@@ -157,8 +157,9 @@ class OmegaServer(Server[Any]):
         stdio stream, whose one client lives as long as omega; NO_SESSION for a 2026-era HTTP request."""
         connection = connection_of(session)
         if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            # The connection is built for this one request: nothing would end its shells.
-            return NO_SESSION if http_request is not None else None
+            # The connection is built for this one request: nothing would end its shells. An attached
+            # window's 2026-era stream is one client: its profile owns them (ended when it leaves).
+            return NO_SESSION if http_request is not None else WINDOW.get()
         if not connection.state.get(_SHELLS_CLEANUP):
             connection.state[_SHELLS_CLEANUP] = True
             connection.exit_stack.push_async_callback(self.toolbox.end_session, connection)
@@ -270,7 +271,10 @@ class OmegaServer(Server[Any]):
             return await _as(Unreachable(session, ctx.meta), run, session.report_progress)
         client = bridge if ctx.request is None else None  # no HTTP request: the stream's one client
         report = session.report_progress
-        return await bridge.run(session, ctx.meta, request_state, input_responses, run, report=report, client=client)
+        replica = replica_of_request(ctx.request)
+        return await bridge.run(
+            session, ctx.meta, request_state, input_responses, run, report=report, client=client, replica=replica
+        )
 
     async def _fast_call_tool(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """`tools/call` without model round trips (handshake era once initialized; 2026 era when no round can

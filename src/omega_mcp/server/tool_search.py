@@ -25,6 +25,7 @@ from omega_mcp.builtin.schemas import BUILTIN_TOOLS
 from omega_mcp.builtin.shells import NO_SESSION
 from omega_mcp.errors import ToolError
 from omega_mcp.names import Route
+from omega_mcp.proxy.apps import app_only, app_only_refusal
 from omega_mcp.results import error_result
 from omega_mcp.toolbox import Profile, Toolbox
 from omega_mcp.toolsearch import (
@@ -90,7 +91,7 @@ class SessionTools:
             if name not in seen:  # a server listing one tool twice: the first, as the Toolbox does
                 seen.add(name)
                 entries.append(Entry(name, server_name, tool))
-        self.finder.update(entries)
+        self.finder.update([e for e in entries if not app_only(e.tool)])  # never the model's to find
         self._entries, self._version, self._chars, self._meta, self._copies = entries, version, None, None, {}
         self._visible = None
         self._active = search_is_on(self.mode, self._size)
@@ -204,6 +205,8 @@ class SessionTools:
                 name, arguments = call_tool_target(arguments)
             except ToolError as exc:
                 return error_result(str(exc)), name, arguments
+            if (refused := app_only_refusal(self.toolbox, name)) is not None:
+                return error_result(refused), name, arguments
         if name == SEARCH_TOOLS:
             try:
                 result, names = await self.search(arguments, profile)

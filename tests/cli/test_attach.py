@@ -1,0 +1,297 @@
+"""`omega-mcp attach` against the shared hub, all real processes: several windows on one hub (their
+files, /tmp and shells apart; one process per shared server, one per window for a session server),
+the start race, kill -9 of the hub with a window attached, idle exit, `hub status`/`stop`, a peer of
+another uid refused, bash unable to reach the socket, and a first tools/list that is complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import mcp
+import pytest
+from mcp import MCPError
+from mcp.client.stdio import StdioServerParameters
+
+from waits import deadline
+
+ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
+
+
+def _config(tmp_path: Path, extra: str = "") -> Path:
+    config = tmp_path / "hub.toml"
+    config.write_text(
+        f"[servers.echo]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+        f'[servers.sess]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\nshare = "session"\n{extra}'
+    )
+    return config
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "OMEGA_HOME": str(tmp_path / "h")}
+    env.pop("OMEGA_CONFIG", None)
+    return env
+
+
+def _omega(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "omega_mcp", *args],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
+def _status(tmp_path: Path, config: Path) -> dict[str, object] | None:
+    done = _omega(tmp_path, "hub", "status", "--json", "--config", str(config))
+    status = json.loads(done.stdout)
+    return status if status.get("running") else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _hubs(config: Path) -> list[int]:
+    """The pids of every `hub serve` process of this config."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and b"hub" in argv and str(config).encode() in argv and _alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+async def _gone(pid: int, seconds: float = 30) -> None:
+    with deadline(seconds):
+        while _alive(pid):  # noqa: ASYNC110 - another process, no event to wait on
+            await anyio.sleep(0.05)
+
+
+@pytest.fixture
+def stop_hubs(tmp_path: Path) -> AsyncIterator[None]:
+    """Whatever the test did, no hub of its config is left running."""
+    yield None  # type: ignore[misc]
+    config = tmp_path / "hub.toml"
+    _omega(tmp_path, "hub", "stop", "--config", str(config))
+    for pid in _hubs(config):
+        os.kill(pid, signal.SIGKILL)
+
+
+@asynccontextmanager
+async def _window(tmp_path: Path, config: Path, *flags: str) -> AsyncIterator[mcp.Client]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "omega_mcp", "attach", "--config", str(config), *flags],
+        env=_env(tmp_path),
+        cwd=str(tmp_path),
+    )
+    async with mcp.Client(params) as client:
+        yield client
+
+
+def _text(result: object) -> str:
+    return "".join(getattr(block, "text", "") for block in getattr(result, "content", []))
+
+
+async def test_windows_share_one_hub_and_each_keeps_its_files_tmp_and_shells(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    wa, wb = tmp_path / "wa", tmp_path / "wb"
+    async with (
+        _window(tmp_path, config, "--workspace", str(wa)) as a,
+        _window(tmp_path, config, "--workspace", str(wb)) as b,
+    ):
+        shared = [_text(await w.call_tool("mcp__echo__pid", {})) for w in (a, b)]
+        assert shared[0] == shared[1]  # one process for the shared server
+        session = [_text(await w.call_tool("mcp__sess__pid", {})) for w in (a, b)]
+        assert session[0] != session[1]  # one per window for share = "session"
+
+        wrote = await a.call_tool("write", {"file_path": "mine.txt", "content": "a's\n"})
+        assert not wrote.is_error, _text(wrote)
+        assert (wa / "mine.txt").read_text() == "a's\n" and not (wb / "mine.txt").exists()
+        assert (await b.call_tool("read", {"file_path": "mine.txt"})).is_error  # relative: its own workspace
+        await b.call_tool("write", {"file_path": str(wa / "mine.txt"), "content": "b's\n"})  # refused, or its own /tmp
+        assert (wa / "mine.txt").read_text() == "a's\n"
+
+        assert not (await a.call_tool("bash", {"command": "echo secret > /tmp/a-was-here"})).is_error
+        assert "secret" in _text(await a.call_tool("bash", {"command": "cat /tmp/a-was-here"}))
+        assert "No such file" in _text(await b.call_tool("bash", {"command": "cat /tmp/a-was-here"}))
+
+        started = _text(await a.call_tool("bash", {"command": "sleep 60", "run_in_background": True}))
+        shell = next(word for word in started.replace(".", " ").split() if word.startswith("shell_"))
+        theirs = await b.call_tool("bash_output", {"shell_id": shell})
+        assert theirs.is_error and "running" not in _text(theirs)
+        assert "running" in _text(await a.call_tool("bash_output", {"shell_id": shell}))
+
+        status = _status(tmp_path, config)
+        assert status is not None
+        windows = status["windows"]
+        assert isinstance(windows, list) and {w["workspace"] for w in windows} == {str(wa), str(wb)}
+        assert len(_hubs(config)) == 1
+
+
+async def test_two_windows_starting_at_once_start_one_hub(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    pids: list[str] = []
+
+    async def window() -> None:
+        async with _window(tmp_path, config) as client:
+            pids.append(_text(await client.call_tool("mcp__echo__pid", {})))
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert "mcp__echo__echo" in tools
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(window)
+        tg.start_soon(window)
+    assert len(pids) == 2 and pids[0] == pids[1]
+    assert len(_hubs(config)) == 1
+
+
+async def test_a_window_outlives_a_killed_hub(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config) as client:
+        assert _text(await client.call_tool("mcp__echo__echo", {"text": "before"})) == "before"
+        [hub] = _hubs(config)
+        os.kill(hub, signal.SIGKILL)
+        await _gone(hub)
+        with deadline(60):
+            while True:
+                try:
+                    result = await client.call_tool("mcp__echo__echo", {"text": "after"})
+                except MCPError as exc:  # it reached attach while the hub was going: lost, and said so
+                    assert "hub restarted" in str(exc)
+                    continue
+                if not result.is_error:
+                    break
+                assert "starting" in _text(result)  # the new hub's server is on its way
+        assert _text(result) == "after"
+        [again] = _hubs(config)
+        assert again != hub
+        assert "bash" in {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_the_hub_exits_when_no_window_has_been_attached_for_idle_exit(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path, "[hub]\nidle_exit = 1\n")
+    async with _window(tmp_path, config) as client:
+        assert not (await client.call_tool("mcp__echo__echo", {"text": "x"})).is_error
+        [hub] = _hubs(config)
+        echo = int(_text(await client.call_tool("mcp__echo__pid", {})))
+    await _gone(hub)
+    await _gone(echo)
+    assert not list((tmp_path / "h" / "run").glob("*.sock"))
+
+
+async def test_hub_start_status_and_stop(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    assert _omega(tmp_path, "hub", "status", "--config", str(config)).returncode == 1
+    started = _omega(tmp_path, "hub", "start", "--config", str(config))
+    assert started.returncode == 0, started.stderr
+    assert "2 of 2 servers connected" in started.stdout
+    status = _status(tmp_path, config)
+    assert status is not None and status["ready"] is True
+    servers = {s["name"]: s for s in status["servers"]}  # type: ignore[union-attr]
+    assert servers["echo"]["status"] == "connected" and isinstance(servers["echo"]["pid"], int)
+    echo = servers["echo"]["pid"]
+    text = _omega(tmp_path, "hub", "status", "--config", str(config))
+    assert text.returncode == 0 and "echo  connected" in text.stdout and "windows (0)" in text.stdout
+    # a window's first tools/list already has every server's tools
+    async with _window(tmp_path, config) as client:
+        first = {t.name for t in (await client.list_tools()).tools}
+        assert {"bash", "mcp__echo__echo", "mcp__sess__echo"} <= first
+    hub = status["pid"]
+    assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 0
+    assert isinstance(hub, int) and isinstance(echo, int)
+    await _gone(hub)
+    await _gone(echo)
+    assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 1
+
+
+async def test_bash_cannot_see_or_reach_the_hub_socket(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config, "--mode", "sandbox") as client:
+        [sock] = (tmp_path / "h" / "run").glob("*.sock")
+        probe = (
+            f"ls {sock.parent}; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+            f's.connect("{sock}"); print("CONNECTED")\''
+        )
+        result = _text(await client.call_tool("bash", {"command": probe}))
+        assert "CONNECTED" not in result and sock.name not in result
+
+
+def test_a_peer_of_another_uid_is_refused(tmp_path: Path, stop_hubs: None) -> None:
+    from unprivileged_support import unprivileged
+
+    user = unprivileged()
+    if user is None:
+        pytest.skip("needs root to run a client as another uid")
+    config = _config(tmp_path)
+    assert _omega(tmp_path, "hub", "start", "--config", str(config)).returncode == 0
+    [sock] = (tmp_path / "h" / "run").glob("*.sock")
+    # Open the way to the socket for the other account, so only the hub's own check stands.
+    for place in sock.parents:
+        if place in (Path("/"), Path("/tmp")):
+            break
+        place.chmod(place.stat().st_mode | 0o001)
+    sock.chmod(0o666)
+    client = """if True:
+        import os, socket, sys
+        os.chdir(os.path.dirname(sys.argv[1]))
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(os.path.basename(sys.argv[1]))
+        s.settimeout(10)
+        try:
+            s.sendall(b'{"omega": "status"}\\n')
+            print(repr(s.recv(1000)))
+        except (ConnectionResetError, BrokenPipeError):
+            print(repr(b""))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", client, str(sock)],
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd="/", capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr  # it did connect
+    assert done.stdout.strip() == "b''"  # and was closed without a word
+    assert _status(tmp_path, config) is not None  # while the hub still serves its own uid
+
+
+async def test_a_hub_names_tools_as_the_window_that_started_it_asked(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config, "--client-prefix", "mcp__omega__", "--names", "short") as client:
+        assert not (await client.call_tool("mcp__echo__pid", {})).is_error  # the full name is always accepted
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "echo__echo" in names and "mcp__echo__echo" not in names
+
+
+async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_restarts(
+    tmp_path: Path, stop_hubs: None
+) -> None:
+    config = _config(tmp_path)
+    async with _window(tmp_path, config) as client:
+        before = _text(await client.call_tool("mcp__echo__pid", {}))
+        added = f"[servers.added]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+        config.write_text(config.read_text() + added)
+        with deadline(30):
+            while "mcp__added__echo" not in {t.name for t in (await client.list_tools()).tools}:  # noqa: ASYNC110
+                await anyio.sleep(0.2)  # the hub polls the file: nothing in this process to wait on
+        assert _text(await client.call_tool("mcp__added__echo", {"text": "new"})) == "new"
+        assert _text(await client.call_tool("mcp__echo__pid", {})) == before

@@ -1,0 +1,211 @@
+"""MCP Apps through the aggregator (SPEC "MCP Apps through the aggregator"): servers that use the same
+`ui://` URIs each keep their own UI in the namespace, in both client eras and over in-process, stdio
+and streamable HTTP downstreams; app-only tools stay listed with their `_meta` but are never found
+by `search_tools` nor run through `call_tool`."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import types
+from mcp.client.stdio import StdioServerParameters
+
+from hub_support import free_port
+from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
+from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.server.server import build_server
+from omega_mcp.server.tool_search import SessionTools
+from omega_mcp.toolbox import Toolbox
+from proxy_support import FIXTURES, client, downstream_spec, hub
+from waits import deadline
+
+_spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
+assert _spec is not None and _spec.loader is not None
+_fixture = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fixture)
+UI: str = _fixture.UI
+app_server = _fixture.app_server
+
+APP_SERVER = FIXTURES / "app_server.py"
+MODES = pytest.mark.parametrize("mode", ["legacy", "auto"])
+
+
+def _html(result: types.ReadResourceResult) -> str:
+    block = result.contents[0]
+    assert isinstance(block, types.TextResourceContents)
+    return block.text
+
+
+def _in_process(name: str) -> DownstreamSpec:
+    return downstream_spec(name, app_server(name)._lowlevel_server)  # pyright: ignore[reportPrivateUsage]
+
+
+async def _each_tool_opens_its_own_ui(omega: Any, mode: str, names: list[str], *, templates: bool = True) -> None:
+    async with client(omega, mode) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        uris = set[str]()
+        for name in names:
+            show = tools[f"mcp__{name}__show"]
+            assert show.meta is not None
+            uri = show.meta["ui"]["resourceUri"]
+            assert uri.startswith("ui://") and uri != UI
+            assert show.meta["ui/resourceUri"] == uri  # the flat form names the same per-server URI
+            uris.add(uri)
+            read = await c.read_resource(uri)
+            assert _html(read) == f"<html><body>widget of {name}</body></html>"
+            assert read.contents[0].uri == uri
+            refresh = tools[f"mcp__{name}__refresh"]  # app-only: still listed, with its `_meta`
+            assert refresh.meta is not None and refresh.meta["ui"]["visibility"] == ["app"]
+            assert refresh.meta["ui"]["resourceUri"] == uri
+        assert len(uris) == len(names)
+        listed = {str(r.uri) for r in (await c.list_resources()).resources}
+        assert uris <= listed and UI not in listed
+        if not templates:
+            return
+        listed_templates = [t.uri_template for t in (await c.list_resource_templates()).resource_templates]
+        assert len(set(listed_templates)) == len(names) and all(t.startswith("ui://") for t in listed_templates)
+        for name in names:
+            template = next(t for t in listed_templates if t.startswith(f"ui://{name}/"))
+            page = await c.read_resource(template.replace("{page}", "two"))
+            assert _html(page) == f"<html><body>page two of {name}</body></html>"
+
+
+@MODES
+async def test_two_servers_with_the_same_ui_uri_each_open_their_own_ui(rwx_policy: SandboxPolicy, mode: str):
+    async with hub(rwx_policy, _in_process("alpha"), _in_process("beta")) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        await _each_tool_opens_its_own_ui(omega, mode, ["alpha", "beta"])
+
+
+async def test_ten_servers_with_the_same_ui_uri_each_open_their_own_ui(rwx_policy: SandboxPolicy):
+    names = [f"s{i}" for i in range(10)]
+    async with hub(rwx_policy, *(_in_process(n) for n in names)) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        for mode in ("legacy", "auto"):
+            await _each_tool_opens_its_own_ui(omega, mode, names)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@asynccontextmanager
+async def _http_app_server(name: str) -> AsyncIterator[str]:
+    port = free_port()
+    process = await anyio.open_process([sys.executable, str(APP_SERVER), name, "--http", str(port)], env=os.environ)
+    try:
+        with deadline(30):
+            while not _listening(port):
+                assert process.returncode is None, "the fixture server exited"
+                await anyio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await process.aclose()
+
+
+async def test_stdio_and_http_servers_with_the_same_ui_uri_each_open_their_own_ui(rwx_policy: SandboxPolicy):
+    stdio = StdioServerParameters(command=sys.executable, args=[str(APP_SERVER), "local"])
+    async with _http_app_server("remote") as url:
+        specs = (DownstreamSpec("local", stdio), DownstreamSpec("remote", url))
+        async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, _, omega):
+            await downstreams.wait_ready()
+            for mode in ("legacy", "auto"):
+                await _each_tool_opens_its_own_ui(omega, mode, ["local", "remote"])
+
+
+async def test_handshake_era_downstreams_keep_their_own_ui_too(rwx_policy: SandboxPolicy):
+    specs = [downstream_spec(n, app_server(n)._lowlevel_server, era="handshake") for n in ("alpha", "beta")]  # pyright: ignore[reportPrivateUsage]
+    async with hub(rwx_policy, *specs) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        for mode in ("legacy", "auto"):
+            await _each_tool_opens_its_own_ui(omega, mode, ["alpha", "beta"])
+
+
+async def test_app_only_tools_are_never_found_by_search_nor_run_through_call_tool(rwx_policy: SandboxPolicy):
+    specs = [_in_process("alpha"), _in_process("beta")]
+    async with Downstreams(specs, backoff_seconds=0.05) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
+        omega = build_server(toolbox, catalog=downstreams, tool_search=SessionTools(toolbox, mode="on"))
+        await downstreams.wait_ready()
+        async with client(omega) as c:
+            found = await c.call_tool("search_tools", {"query": "refresh widget data", "limit": 20})
+            selected = await c.call_tool("search_tools", {"query": "select:mcp__alpha__refresh,mcp__alpha__show"})
+            refused = await c.call_tool("call_tool", {"name": "mcp__alpha__refresh", "arguments": {}})
+            shown = await c.call_tool("call_tool", {"name": "mcp__alpha__show", "arguments": {}})
+            direct = await c.call_tool("mcp__alpha__refresh", {})  # the host calls it for the app, by name
+    assert found.structured_content is not None and selected.structured_content is not None
+    assert not any(t["name"].endswith("__refresh") for t in found.structured_content["tools"])
+    assert [t["name"] for t in selected.structured_content["tools"]] == ["mcp__alpha__show"]
+    assert refused.is_error and "app's interface only" in refused.content[0].text  # type: ignore[union-attr]
+    assert not shown.is_error and shown.content[0].text == "shown by alpha"  # type: ignore[union-attr]
+    assert not direct.is_error and direct.content[0].text == "refreshed by alpha"  # type: ignore[union-attr]
+
+
+async def test_a_uri_of_another_scheme_is_the_servers_own(rwx_policy: SandboxPolicy, tmp_path: Path):
+    from omega_mcp.proxy import apps
+
+    assert apps.client_uri("s", "file:///x") == "file:///x"
+    assert apps.client_uri("s", UI) == "ui://s/widget/index.html"
+    assert apps.server_uri("s", "ui://s/widget/index.html") == UI
+    assert apps.server_uri("t", "ui://s/widget/index.html") == "ui://s/widget/index.html"
+    assert apps.owner_named("ui://S/widget/index.html", ["s"]) == "s"  # a host may lower or raise the authority
+
+
+_EXT_APPS_PACKAGES = ["@modelcontextprotocol/ext-apps@2", "@modelcontextprotocol/server@2", "zod@4"]
+
+
+@pytest.fixture(scope="module")
+def ext_apps_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with the official ext-apps SDK installed and the fixture server beside it (skips when
+    npm or the registry is unreachable)."""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.skip("node/npm not installed: the ext-apps SDK server cannot be built")
+    where = tmp_path_factory.mktemp("ext-apps")
+    try:
+        installed = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", *_EXT_APPS_PACKAGES],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install of the ext-apps SDK timed out (registry unreachable?)")
+    if installed.returncode != 0:
+        pytest.skip(f"npm install of the ext-apps SDK failed: {installed.stderr.strip()[-300:]}")
+    shutil.copy(FIXTURES / "ext_apps_server.mjs", where)
+    return where
+
+
+async def test_servers_built_with_the_ext_apps_sdk_each_open_their_own_ui(
+    rwx_policy: SandboxPolicy, ext_apps_dir: Path
+):
+    node = shutil.which("node")
+    assert node is not None
+    script = str(ext_apps_dir / "ext_apps_server.mjs")
+    names = ["north", "south"]
+    specs = [DownstreamSpec(n, StdioServerParameters(command=node, args=[script, n], cwd=ext_apps_dir)) for n in names]
+    async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        statuses = {s.server_name: s.reason for s in downstreams.statuses()}
+        assert all(downstreams.connected(n) is not None for n in names), statuses
+        for mode in ("legacy", "auto"):
+            await _each_tool_opens_its_own_ui(omega, mode, names, templates=False)
