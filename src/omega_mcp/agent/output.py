@@ -133,8 +133,10 @@ class StreamedTurns:
         settings: RequestSettings | None = None,
     ) -> ModelResponse:
         try:
+            # `settings` only when there are some: a provider written before they existed still works.
+            extra = {"settings": settings} if settings is not None else {}
             response = await self._provider.request(
-                model=model, system=system, messages=messages, tools=tools, on_text=on_text, settings=settings
+                model=model, system=system, messages=messages, tools=tools, on_text=on_text, **extra
             )
         except BaseException:
             self._printer.turn_ended(None)  # the error line must start on a line of its own
