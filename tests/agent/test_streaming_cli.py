@@ -24,7 +24,7 @@ from mcp import types
 from omega_mcp.agent.command import AgentSettings, RunOptions, run_agent_command, run_prompt
 from omega_mcp.agent.output import streams_live, usage_line
 from omega_mcp.config import Config
-from omega_mcp.messages import AssistantMessage, Message, ModelResponse, TextPart, ToolSpec, Usage
+from omega_mcp.messages import AssistantMessage, Message, ModelResponse, RequestSettings, TextPart, ToolSpec, Usage
 from omega_mcp.providers.scripted import ScriptedProvider, call, reply, turns
 from waits import deadline
 
@@ -99,6 +99,7 @@ class GatedProvider:
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: Callable[[str], None] | None = None,
+        settings: RequestSettings | None = None,
     ) -> ModelResponse:
         message = self.replies.pop(0)
         assert on_text is not None

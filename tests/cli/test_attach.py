@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -88,9 +88,9 @@ async def _gone(pid: int, seconds: float = 30) -> None:
 
 
 @pytest.fixture
-def stop_hubs(tmp_path: Path) -> AsyncIterator[None]:
+def stop_hubs(tmp_path: Path) -> Iterator[None]:
     """Whatever the test did, no hub of its config is left running."""
-    yield None  # type: ignore[misc]
+    yield None
     config = tmp_path / "hub.toml"
     _omega(tmp_path, "hub", "stop", "--config", str(config))
     for pid in _hubs(config):

@@ -263,7 +263,7 @@ async def test_a_hub_clients_search_finds_only_the_tools_its_profile_permits(rwx
     tools[0].description = "Reverse the order of the words in a sentence"
     tools[1].description = "Reverse the order of the lines in a text"
     token = "client-token-0123456789abcdef"
-    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), None)
+    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), rwx_policy)
     async with search_hub(rwx_policy, {"down": downstream(tools=tools)}) as (_, _toolbox, server):
         assert server.tool_search is not None
         _, everyone = await server.tool_search.search({"query": "reverse the words", "limit": 5})
@@ -282,7 +282,7 @@ async def test_the_mcp_param_schema_lookup_answers_only_for_tools_the_callers_pr
 
     tools = [echo_tool("reverse_words"), echo_tool("reverse_lines")]
     token = "client-token-0123456789abcdef"
-    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), None)
+    profile = ClientProfile("c", ClientConfig(token=token, exclude_tools=("mcp__down__reverse_words",)), rwx_policy)
     async with search_hub(rwx_policy, {"down": downstream(tools=tools)}) as (_, toolbox, server):
         assert server.tool_search is not None  # search mode: the SDK used to run tools/list per call
         assert server.get_tool_input_schema is not None

@@ -128,10 +128,12 @@ async def test_a_line_nested_too_deeply_is_told_to_unreadable_and_reading_goes_o
         reader = PipeReader(read_fd, SESSION_MESSAGES, label="t")
         reader.take, reader.unreadable = take, unreadable.append
         data = deep + b"\n" + b"[1, 2]\n" + _line(_call(1)) + _line(_ping(2))
+        got: list[SessionMessage | Exception] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, write_all, data, write_fd)  # more than the pipe holds
             with deadline(10):
-                received = await reader.receive()
+                got.append(await reader.receive())
+        received = got[0]
         assert _id(received) == 2
         assert taken == [1]
         assert unreadable == ["not JSON (nested too deeply)", "not a JSON object"]
