@@ -130,6 +130,10 @@ class Profile(Protocol):
         ...
 
 
+_STATELESS_READS = object()
+"""The owner of every session-less (2026-era HTTP) `read`: one world per workplace, only ever read in."""
+
+
 def _made(policy: SandboxPolicy) -> bool:
     return policy.private_tmp is not None and os.path.lexists(policy.private_tmp)  # one lstat, no thread
 
@@ -360,7 +364,11 @@ class Toolbox(AsyncContextManagerMixin):
             raise InvalidArgumentsError(_pydantic_message(tool_name, exc)) from None
         workplace = workplace or self._workplaces.own
         worlds = workplace.worlds
-        if owner is _shells.NO_SESSION and worlds.private:
+        if owner is _shells.NO_SESSION and worlds.private and isinstance(args, ReadArgs):
+            # A read writes nothing, so every session-less read can share one world whose /tmp nobody
+            # writes (it looks as empty as a fresh one): its file worker starts once, not once per call.
+            owner = _STATELESS_READS
+        elif owner is _shells.NO_SESSION and worlds.private:
             # No session to end: this call's /tmp lasts as long as the call.
             policy = await anyio.to_thread.run_sync(worlds.fresh)
             try:

@@ -137,3 +137,34 @@ async def test_workers_beyond_the_limit_are_stopped_and_started_again_on_the_nex
     finally:
         await anyio.to_thread.run_sync(worlds.close, first)
         await anyio.to_thread.run_sync(worlds.close, second)
+
+
+def _workers_running() -> set[int]:
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"fileworker" in (entry / "cmdline").read_bytes():
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+async def test_session_less_reads_share_one_world_instead_of_starting_a_worker_each(tmp_path: Path) -> None:
+    from omega_mcp.builtin.shells import NO_SESSION
+    from omega_mcp.toolbox import Toolbox
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "f.txt").write_text("stateless\n")
+    policy = SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp"))
+    before = _workers_running()
+    async with Toolbox(policy) as box:
+        for _ in range(3):  # as three 2026-era HTTP requests, which have no session
+            result = await box.call_tool("read", {"file_path": "f.txt"}, owner=NO_SESSION)
+            assert "stateless" in _text(result) and not result.is_error
+            listed = await box.call_tool("read", {"file_path": "/tmp"}, owner=NO_SESSION)
+            assert listed.is_error  # /tmp is a directory here, and an empty world's at that
+        started = _workers_running() - before
+    # One: the reads happen in a world (none: they fell back to omega's process), and share it (not three).
+    assert len(started) == 1, f"{len(started)} file workers for three session-less reads"
