@@ -166,5 +166,5 @@ async def test_session_less_reads_share_one_world_instead_of_starting_a_worker_e
             listed = await box.call_tool("read", {"file_path": "/tmp"}, owner=NO_SESSION)
             assert listed.is_error  # /tmp is a directory here, and an empty world's at that
         started = _workers_running() - before
-    # One: the reads happen in a world (none: they fell back to omega's process), and share it (not three).
+    # One live worker: the reads share one world (a world per read discards each worker after its call).
     assert len(started) == 1, f"{len(started)} file workers for three session-less reads"
