@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Sized
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
@@ -41,11 +41,53 @@ __all__ = [
     "drain_on_sigterm",
     "ensure_client_workspaces",
     "hub_operations",
+    "hub_server",
     "reload_on_sighup",
     "reload_once",
 ]
 
 logger = logging.getLogger("omega_mcp")
+
+
+def hub_server(
+    config: Config,
+    toolbox: Toolbox,
+    downstreams: Downstreams,
+    sandbox: dict[str, Any],
+    *,
+    clients: bool,
+    traced: bool = False,
+) -> tuple[OmegaServer, Profiles | None]:
+    """The MCP server every front end of the hub serves (stdio, HTTP, the shared hub's socket): the
+    Toolbox with its instructions, `[hub]` tool search and, with `clients`, the `[hub.clients]`
+    profiles (their workspaces created first), returned beside it.
+
+    Raises:
+        ConfigError: a client's workspace could not be created.
+    """
+    from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.profiles import Profiles
+    from omega_mcp.server.server import build_server
+    from omega_mcp.server.tool_search import SessionTools
+
+    hub, policy = config.hub, toolbox.policy
+    search = (
+        None
+        if hub.tool_search == "off"
+        else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
+    )
+    profiles = Profiles(policy, hub.clients, hub.max_sessions_per_client) if clients else None
+    if profiles is not None:
+        ensure_client_workspaces(config)
+    server = build_server(
+        toolbox,
+        catalog=downstreams,
+        instructions=hub_instructions(policy, sandbox, list(config.servers)),
+        tool_search=search,
+        profiles=profiles,
+        traced=traced,
+    )
+    return server, profiles
 
 
 def ensure_client_workspaces(config: Config) -> None:

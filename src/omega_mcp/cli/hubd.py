@@ -130,33 +130,16 @@ async def _serve(
     from omega_mcp.sandbox import zygote_client
 
     zygote_client.prestart()
-    from omega_mcp.cli.hub import ensure_client_workspaces, hub_operations, reload_on_sighup, reload_once
+    from omega_mcp.cli.hub import hub_operations, hub_server, reload_on_sighup, reload_once
     from omega_mcp.sandbox.launch import describe_sandbox
-    from omega_mcp.server.instructions import hub_instructions
-    from omega_mcp.server.profiles import Profiles
-    from omega_mcp.server.server import build_server
-    from omega_mcp.server.tool_search import SessionTools
     from omega_mcp.server.unix import Windows, serve_unix
 
     started = time.time()
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         policy = toolbox.policy
         sandbox = describe_sandbox(policy)
-        hub = config.hub
-        search = (
-            None
-            if hub.tool_search == "off"
-            else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
-        )
-        profiles = Profiles(policy, hub.clients, hub.max_sessions_per_client)
-        ensure_client_workspaces(config)
-        server = build_server(
-            toolbox,
-            catalog=downstreams,
-            instructions=hub_instructions(policy, sandbox, list(config.servers)),
-            tool_search=search,
-            profiles=profiles,
-        )
+        server, profiles = hub_server(config, toolbox, downstreams, sandbox, clients=True)
+        assert profiles is not None  # clients=True
         tokens, _ops = hub_operations(config, server, toolbox, downstreams, policy)
         windows = Windows()
         current = [config]
@@ -186,7 +169,7 @@ async def _serve(
                     current[0] = await reload_once(current[0], policy, downstreams, tokens, profiles)
 
         async def idle_exit() -> None:
-            seconds = hub.idle_exit
+            seconds = config.hub.idle_exit
             while True:
                 since = windows.idle_since
                 if since is not None and time.monotonic() - since >= seconds:

@@ -75,15 +75,11 @@ async def _serve(
     # is described for the startup log the probe has its answer (`Toolbox` asks for the zygote again,
     # which is then already there or on its way).
     zygote_client.prestart()
-    from omega_mcp.cli.hub import ensure_client_workspaces
+    from omega_mcp.cli.hub import hub_server
     from omega_mcp.sandbox.launch import describe_sandbox
     from omega_mcp.sandbox.layers import sandbox_layers, summary
     from omega_mcp.sandbox.servers import confined_servers
-    from omega_mcp.server.instructions import hub_instructions
-    from omega_mcp.server.profiles import Profiles
-    from omega_mcp.server.server import build_server
     from omega_mcp.server.stdio import run_stdio
-    from omega_mcp.server.tool_search import SessionTools
 
     async with open_toolbox(config, args, early) as (toolbox, downstreams):
         policy = toolbox.policy
@@ -93,30 +89,14 @@ async def _serve(
         logger.info("%s", summary(sandbox_layers(policy, sandbox, confined)))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)
-        hub = config.hub
-        search = (
-            None
-            if hub.tool_search == "off"
-            else SessionTools(toolbox, mode=hub.tool_search, always_visible=hub.always_visible)
-        )
-        profiles = Profiles(policy, hub.clients, hub.max_sessions_per_client) if args.http else None
-        if profiles is not None:
-            ensure_client_workspaces(config)
-        server = build_server(
-            toolbox,
-            catalog=downstreams,
-            instructions=hub_instructions(policy, sandbox, list(config.servers)),
-            tool_search=search,
-            profiles=profiles,
-            traced=traced,
-        )
+        server, profiles = hub_server(config, toolbox, downstreams, sandbox, clients=args.http, traced=traced)
         async with anyio.create_task_group() as tg:
             if profiles is not None:
                 from omega_mcp.cli.hub import drain_on_sigterm, hub_operations, reload_on_sighup
                 from omega_mcp.server.http import serve_http
 
                 tokens, ops = hub_operations(config, server, toolbox, downstreams, policy)
-                tg.start_soon(drain_on_sigterm, guard, ops, hub.drain_seconds, tg.cancel_scope)
+                tg.start_soon(drain_on_sigterm, guard, ops, config.hub.drain_seconds, tg.cancel_scope)
                 await tg.start(reload_on_sighup, config, policy, downstreams, tokens, profiles)
                 await serve_http(
                     server,
