@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import functools
 import os
 import socket
 import sys
@@ -45,7 +46,17 @@ __all__ = [
 ANSWER_SECONDS = 10.0
 """How long one request may wait for the worker's answer before the worker counts as stuck."""
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
-_BOOTSTRAP = "import sys;sys.path.append(sys.argv.pop(1));import fileworker;raise SystemExit(fileworker.main())"
+
+
+@functools.cache
+def _worker_argv() -> tuple[str, ...]:
+    """The worker's command line: the real interpreter (not a venv's link to it) running the module's
+    source given on the command line, so nothing is looked up by path inside the world, where omega's
+    own install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
+    source = _WORKER.read_text(encoding="utf-8")
+    return (os.path.realpath(sys.executable), "-I", "-S", "-c", f"{source}\nraise SystemExit(main())\n")
+
+
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
 _MAX_ANSWER = 8192  # a link's target is at most 4096 bytes
 
@@ -231,7 +242,7 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         return None  # bash itself cannot run here: the path checks apply alone, as without a world
     if not launch.zygote:
         return None
-    program = (sys.executable, "-I", "-S", "-c", _BOOTSTRAP, str(_WORKER.parent))
+    program = _worker_argv()
     launch = dataclasses.replace(launch, program=program, env={"PATH": "/usr/bin:/bin"})
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
