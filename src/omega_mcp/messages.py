@@ -330,7 +330,7 @@ def message_to_record(message: Message) -> dict[str, Any]:
         case UserMessage():
             record = message_to_json(message)
             if message.parts:
-                record["parts"] = [_user_part_to_record(part) for part in message.parts]
+                record["parts"] = [_content_part_to_record(part) for part in message.parts]
             return record
         case AssistantMessage():
             data: dict[str, Any] = {"role": "assistant", "content": [_part_to_record(p) for p in message.parts]}
@@ -345,7 +345,7 @@ def message_to_record(message: Message) -> dict[str, Any]:
                     "id": r.call_id,
                     "name": r.name,
                     "is_error": r.is_error,
-                    "content": [_result_part_to_record(part) for part in r.content],
+                    "content": [_content_part_to_record(part) for part in r.content],
                 }
                 for r in message.results
             ]
@@ -364,7 +364,8 @@ def _part_to_record(part: AssistantPart) -> dict[str, Any]:
     return data
 
 
-def _user_part_to_record(part: UserPart) -> dict[str, Any]:
+def _content_part_to_record(part: UserPart | ResultPart) -> dict[str, Any]:
+    """A user message's or a tool result's part, as `message_from_json` reads it back."""
     match part:
         case TextPart():
             return {"type": "text", "text": part.text}
@@ -372,16 +373,6 @@ def _user_part_to_record(part: UserPart) -> dict[str, Any]:
             return {"type": "image", "mime_type": part.mime_type, "data": part.data}
         case AudioPart():
             return {"type": "audio", "mime_type": part.mime_type, "data": part.data}
-        case _:
-            assert_never(part)
-
-
-def _result_part_to_record(part: ResultPart) -> dict[str, Any]:
-    match part:
-        case TextPart():
-            return {"type": "text", "text": part.text}
-        case ImagePart():
-            return {"type": "image", "mime_type": part.mime_type, "data": part.data}
         case ToolReferencePart():
             return {"type": "tool_reference", "tool_name": part.tool_name}
         case _:
