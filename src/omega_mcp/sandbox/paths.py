@@ -165,6 +165,20 @@ class ParentDir:
     """Where the entry really is: the real path of `dir_fd` joined with `name`."""
 
 
+def _parent_error(policy: SandboxPolicy, path: Path, root: Path, exc: OSError, *, exact: bool = False) -> ToolError:
+    """The error for an OSError met opening the directory a write goes to (`exact`: an approved
+    path, which must be reached without any link)."""
+    if isinstance(exc, FileNotFoundError):
+        return ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)")
+    if isinstance(exc, NotADirectoryError):
+        return ToolError(f"cannot use {path}: a component of {path.parent} is not a directory")
+    if exc.errno in (errno.EXDEV, errno.ELOOP):
+        if exact:
+            return PathDeniedError(str(path), f"{_NOT_EXACT}; nothing was written")
+        return _deny_escape(policy, path, root, exc)
+    return ToolError(describe_os_error(exc, path.parent, "open the directory"))
+
+
 def _deny_escape(policy: SandboxPolicy, path: Path, root: Path, exc: OSError) -> PathDeniedError:
     what = "a symbolic link" if exc.errno == errno.ELOOP else "a symbolic link or `..`"
     return PathDeniedError(
@@ -297,16 +311,8 @@ def open_write_parent(
         raise ToolError(f"cannot write to {path}: it is a directory (a writable root)")
     try:
         fd = _open_parent_fd(policy, path, root, rel, create, exact=exact)
-    except FileNotFoundError:
-        raise ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)") from None
-    except NotADirectoryError:
-        raise ToolError(f"cannot use {path}: a component of {path.parent} is not a directory") from None
     except OSError as exc:
-        if exc.errno in (errno.EXDEV, errno.ELOOP):
-            if exact:
-                raise PathDeniedError(str(path), f"{_NOT_EXACT}; nothing was written") from None
-            raise _deny_escape(policy, path, root, exc) from None
-        raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
+        raise _parent_error(policy, path, root, exc, exact=exact) from None
     try:
         real = real_fd_path(fd, path.parent) / path.name
         _check_write_allowed(policy, real, path)
@@ -389,14 +395,8 @@ def check_world_write(policy: SandboxPolicy, path: Path, *, create: bool) -> Wor
                     depth -= 1
         finally:
             os.close(root_fd)
-    except FileNotFoundError:
-        raise ToolError(f"file does not exist: {path} (its directory {path.parent} is missing)") from None
-    except NotADirectoryError:
-        raise ToolError(f"cannot use {path}: a component of {path.parent} is not a directory") from None
     except OSError as exc:
-        if exc.errno in (errno.EXDEV, errno.ELOOP):
-            raise _deny_escape(policy, path, root, exc) from None
-        raise ToolError(describe_os_error(exc, path.parent, "open the directory")) from None
+        raise _parent_error(policy, path, root, exc) from None
     try:
         parent = real_fd_path(fd, root.joinpath(*rel[:depth])).joinpath(*rel[depth:])
     finally:
