@@ -1,6 +1,8 @@
 """Starting `omega-mcp serve --http` in a subprocess and talking to it with its token.
 
-`start_hub` waits (bounded) for the hub's "serving" line, so its token file exists by then; the
+`start_hub` waits (bounded) for the hub's "serving" line, so its token file exists by then, and then
+for `/readyz` (every configured server connected or failed once: `serve` answers at once, so a list
+sent before would miss a server still starting, by design, with `list_changed` to follow); the
 token is `OMEGA_TOKEN` when the test sets it, else the generated `$OMEGA_HOME/token` ("" when
 there is none: an old hub that checked no token on loopback). `hub_client` is an `mcp.Client` whose
 every request carries the token.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -81,6 +84,7 @@ def start_hub(
     home: Path | None = None,
     preexec_fn: Callable[[], Any] | None = None,
     wait_serving: bool = True,
+    wait_ready: bool = True,
 ) -> Hub:
     """`omega-mcp serve --http --mode rwx --workspace tmp/ws` on a free loopback port, serving."""
     port = port or free_port()
@@ -108,12 +112,19 @@ def start_hub(
                     return hub
             except OSError:
                 pass
-        elif "serving streamable HTTP" in log.read_text():
+        elif "serving streamable HTTP" in log.read_text() and (not wait_ready or _ready(port)):
             return hub
         time.sleep(0.05)
     proc.kill()
     proc.wait()
-    raise AssertionError(f"hub did not serve within 60 s: {log.read_text()}")
+    raise AssertionError(f"hub did not serve (and turn ready) within 60 s: {log.read_text()}")
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx2.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+    except httpx2.HTTPError:
+        return False
 
 
 @asynccontextmanager
