@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
 from proxy_support import Notifications
-from waits import deadline
+from waits import deadline, until
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 CLIENT = "carol-token-0123456789abcdef"
@@ -33,12 +33,6 @@ def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
     return start_hub(tmp_path, "--config", str(config), env=env), config
 
 
-async def _until(check: object, what: str, seconds: float = 20) -> None:
-    with deadline(seconds):
-        while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polling another process over HTTP
-            await anyio.sleep(0.05)
-
-
 def _samples(hub: Hub) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     answer = httpx2.get(f"http://127.0.0.1:{hub.port}/metrics", headers=hub.auth())
     assert answer.status_code == 200, answer.text
@@ -54,7 +48,7 @@ async def test_probes_need_no_token_and_metrics_need_the_hubs(tmp_path: Path) ->
     try:
         base = f"http://127.0.0.1:{hub.port}"
         assert httpx2.get(f"{base}/healthz").status_code == 200
-        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        await until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready", 20, interval=0.05)
         assert httpx2.get(f"{base}/metrics").status_code == 401
         assert httpx2.get(f"{base}/metrics", headers=hub.auth(CLIENT)).status_code == 403
         assert httpx2.get(f"{base}/metrics", headers=hub.auth()).status_code == 200
@@ -90,7 +84,7 @@ async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_ze
     hub, _ = _hub(tmp_path, "echo")
     base = f"http://127.0.0.1:{hub.port}"
     try:
-        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        await until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready", 20, interval=0.05)
         async with hub_client(hub.url, hub.token) as client, anyio.create_task_group() as tg:
             answers: list[object] = []
 
@@ -100,7 +94,7 @@ async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_ze
             tg.start_soon(slow)
             await anyio.sleep(0.5)  # the call is on its way (a drain lets it finish whenever it started)
             hub.proc.send_signal(signal.SIGTERM)
-            await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5)
+            await until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5, interval=0.05)
             assert httpx2.get(f"{base}/healthz").status_code == 200
             opened = httpx2.post(hub.url, json=INITIALIZE, headers={**HEADERS, **hub.auth()})
             assert opened.status_code == 503 and "draining" in opened.text
@@ -150,7 +144,7 @@ async def test_sighup_that_adds_a_client_restarts_no_server(tmp_path: Path) -> N
             added = f'[hub.clients.dave]\ntoken = "${{DAVE_TOKEN}}"\nworkspace = {str(tmp_path / "dave")!r}\n'
             config.write_text(config.read_text() + added)
             hub.proc.send_signal(signal.SIGHUP)
-            await _until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload")
+            await until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload", 20, interval=0.05)
             assert "no server changed" in hub.log.read_text()
             again = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
             assert again == pids
