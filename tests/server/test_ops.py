@@ -21,14 +21,15 @@ ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 CLIENT = "carol-token-0123456789abcdef"
 
 
-def _server(name: str) -> str:
-    return f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+def _server(name: str, *args: str) -> str:
+    return f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = {[str(ECHO), *args]!r}\n"
 
 
-def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
+def _hub(tmp_path: Path, *servers: str, drain: float = 30, log: Path | None = None) -> tuple[Hub, Path]:
     config = tmp_path / "omega.toml"
     clients = f'[hub]\ndrain_seconds = {drain}\n[hub.clients.carol]\ntoken = "${{CAROL_TOKEN}}"\n'
-    config.write_text("".join(_server(s) for s in servers) + clients)
+    logged = ("--log-file", str(log)) if log else ()
+    config.write_text("".join(_server(s, *logged) for s in servers) + clients)
     env = {"CAROL_TOKEN": CLIENT, "DAVE_TOKEN": "dave-token-0123456789abcdef"}
     return start_hub(tmp_path, "--config", str(config), env=env), config
 
@@ -81,7 +82,8 @@ async def test_metrics_count_the_calls_by_method_tool_and_error(tmp_path: Path) 
 
 
 async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_zero(tmp_path: Path) -> None:
-    hub, _ = _hub(tmp_path, "echo")
+    received = tmp_path / "received.jsonl"
+    hub, _ = _hub(tmp_path, "echo", log=received)
     base = f"http://127.0.0.1:{hub.port}"
     try:
         await until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready", 20, interval=0.05)
@@ -92,7 +94,7 @@ async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_ze
                 answers.append(await client.call_tool("mcp__echo__sleep", {"seconds": 3}))
 
             tg.start_soon(slow)
-            await anyio.sleep(0.5)  # the call is on its way (a drain lets it finish whenever it started)
+            await until(lambda: '"sleep"' in received.read_text() if received.exists() else False, "the call", 20)
             hub.proc.send_signal(signal.SIGTERM)
             await until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5, interval=0.05)
             assert httpx2.get(f"{base}/healthz").status_code == 200
