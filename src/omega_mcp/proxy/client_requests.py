@@ -33,13 +33,14 @@ included), to ask the user (`elicitation/create`, form or URL mode) or for its r
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from mcp import types
+from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -158,6 +159,8 @@ class ClientRequests:
         self._elicitations: dict[tuple[str, str], Caller] = {}
         self.roots_listener: Callable[[], Awaitable[None]] | None = None
         """Tells every downstream that the roots changed (set by `Downstreams`)."""
+        self.task_status: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+        """Takes a server's `notifications/tasks/status` (server name, params) to the task's owner (server/tasks.py)."""
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -273,7 +276,19 @@ class ServerRequests:
             options["sampling_capabilities"] = types.SamplingCapability(tools=types.SamplingToolsCapability())
         if self.router.serving:
             options["elicitation_callback"] = self.elicitation
+            options["notification_bindings"] = [
+                NotificationBinding(
+                    method="notifications/tasks/status",
+                    params_type=types.TaskStatusNotificationParams,
+                    handler=self.task_status,
+                )
+            ]
         return options
+
+    async def task_status(self, params: types.TaskStatusNotificationParams) -> None:
+        relay = self.router.task_status
+        if relay is not None:
+            await relay(self.server_name, params.model_dump(by_alias=True, mode="json", exclude_unset=True))
 
     # -- the three requests ------------------------------------------------------------------
 
