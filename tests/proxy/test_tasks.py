@@ -28,10 +28,12 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from hub_support import free_port
+from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import OmegaServer
 from proxy_support import FIXTURES, client, downstream_spec, hub
+from relay_support import pipe_client
 from waits import deadline, until
 
 TASK_SERVER = FIXTURES / "task_server.py"
@@ -332,3 +334,45 @@ async def test_server_everythings_task_only_research_query_runs_through_omega(rw
             assert not plain.is_error
             block = plain.content[0]
             assert isinstance(block, types.TextContent) and "# Research Report: reefs" in block.text
+
+
+@pytest.mark.parametrize("era", ["handshake", "auto"])
+async def test_tasks_pass_through_omegas_stdio_relay(rwx_policy: SandboxPolicy, era: EraChoice):
+    stdio = StdioServerParameters(command=sys.executable, args=[str(TASK_SERVER)])
+    async with hub(rwx_policy, DownstreamSpec("local", stdio, era=era), backoff_seconds=60) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        async with pipe_client(omega, relay=True) as c:  # the relay takes stdio-to-stdio calls it can
+            task = await _task_call(c, "mcp__local__research", {"topic": "tides"})
+            assert task["taskId"] != "t-1"
+            assert _text(await _raw(c, "tasks/result", {"taskId": task["taskId"]})) == "report on tides"
+            plain = await c.call_tool("mcp__local__research", {"topic": "reefs"})
+            assert plain.content == [types.TextContent(type="text", text="report on reefs")]
+            assert (await c.call_tool("mcp__local__plain", {"topic": "x"})).content == [
+                types.TextContent(type="text", text="plain x")
+            ]
+
+
+@pytest.mark.e2e
+async def test_server_everythings_research_query_asks_its_client_through_omega(rwx_policy: SandboxPolicy):
+    entry = _everything()
+    spec = DownstreamSpec("everything", StdioServerParameters(command="node", args=[str(entry), "stdio"]))
+    asked: list[types.ElicitRequestParams] = []
+
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"interpretation": "historical"})
+
+    async with hub(rwx_policy, spec, backoff_seconds=60) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        async with client(omega, elicitation_callback=elicit) as c:
+            name = "mcp__everything__simulate-research-query"
+            task_id = (await _task_call(c, name, {"topic": "tides", "ambiguous": True}))["taskId"]
+
+            async def waiting() -> bool:
+                return (await _raw(c, "tasks/get", {"taskId": task_id}))["status"] in ("input_required", "completed")
+
+            await until(waiting, "the research task to ask for input", 60, interval=0.2)
+            result = await _raw(c, "tasks/result", {"taskId": task_id})  # the question rides this request
+            assert len(asked) == 1 and "tides" in asked[0].message
+            assert asked[0].meta is not None and asked[0].meta[RELATED] == {"taskId": task_id}  # omega's id
+            assert "historical" in _text(result)

@@ -155,6 +155,7 @@ class OmegaServer(Server[Any]):
         )
         if self.tasks is not None and catalog is not None:
             catalog.client_requests.task_status = self.tasks.relay_status
+            catalog.client_requests.task_label = self.tasks.label
         # No SDK OpenTelemetry middleware (a span per request even unexported) unless `traced`.
         self.middleware = [*([self.tasks.middleware] if self.tasks is not None else []), self._fast_call_tool]
 

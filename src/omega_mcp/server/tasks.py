@@ -219,6 +219,10 @@ class TaskHandlers:
 
     # -- notifications/tasks/status -----------------------------------------------------------
 
+    def label(self, server_name: str, remote_id: str) -> str | None:
+        """The id the client knows a server's live task by (for what the server asks on its behalf)."""
+        return next((k for k, h in self.table.local_id(server_name, remote_id) if self._live(h) is not None), None)
+
     async def relay_status(self, server_name: str, params: Mapping[str, Any]) -> None:
         """A server's status notification for one of its tasks, to the client that owns it (bounded)."""
         remote_id = params.get("taskId")
