@@ -27,7 +27,7 @@ from mcp import types
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from hub_support import free_port
+from hub_support import free_port, hub_client, start_hub
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -376,3 +376,27 @@ async def test_server_everythings_research_query_asks_its_client_through_omega(r
             assert len(asked) == 1 and "tides" in asked[0].message
             assert asked[0].meta is not None and asked[0].meta[RELATED] == {"taskId": task_id}  # omega's id
             assert "historical" in _text(result)
+
+
+async def test_tasks_through_the_http_hub_belong_to_the_session_that_made_them(tmp_path: Path):
+    config = tmp_path / "omega.toml"
+    config.write_text(f"[servers.t]\ncommand = {sys.executable!r}\nargs = [{str(TASK_SERVER)!r}]\n")
+    hub_process = start_hub(tmp_path, "--config", str(config))
+    try:
+        async with (
+            hub_client(hub_process.url, hub_process.token) as alice,
+            hub_client(hub_process.url, hub_process.token) as bob,
+        ):
+            task_id = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            assert (await _raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
+            assert (await _raw(bob, "tasks/list", {}))["tasks"] == []
+            with pytest.raises(MCPError) as refused:
+                await _raw(bob, "tasks/cancel", {"taskId": task_id})
+            assert refused.value.message == "Task not found"
+            assert (await _raw(alice, "tasks/cancel", {"taskId": task_id}))["status"] == "cancelled"
+            done = await _task_call(alice, "mcp__t__research", {"topic": "tides"})
+            assert _text(await _raw(alice, "tasks/result", {"taskId": done["taskId"]})) == "report on tides"
+            plain = await bob.call_tool("mcp__t__research", {"topic": "reefs"})
+            assert plain.content == [types.TextContent(type="text", text="report on reefs")]
+    finally:
+        hub_process.stop()

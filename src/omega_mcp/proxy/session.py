@@ -12,7 +12,8 @@ no 2026-era connection can carry. A request no channel of the client's era can c
 server's requests reach a 2026-era client as rounds (server/bridge.py). Results come back raw (the
 hot path parses nothing). List changes arrive as notifications (handshake) or on a
 `subscriptions/listen` stream (2026), and so do resource updates; a downstream's log message goes
-to the client whose call it belongs to, as it is. `closed` fires when the primary link ends.
+to the client whose call it belongs to, as it is. A plain `tools/call` of a tool the last listing
+marked task-only is run as a task (tasks.py). `closed` fires when the primary link ends.
 """
 
 from __future__ import annotations
