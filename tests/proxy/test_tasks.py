@@ -242,6 +242,27 @@ async def test_a_plain_call_whose_task_outlasts_the_timeout_cancels_the_task(rwx
         assert [t["status"] for t in await _downstream_tasks(downstreams, "t")] == ["cancelled"]
 
 
+async def test_a_client_that_cancels_its_plain_call_cancels_the_task_it_ran_as(rwx_policy: SandboxPolicy):
+    async with hub(rwx_policy, _in_process()) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        async with client(omega) as c, anyio.create_task_group() as task_group:
+            task_group.start_soon(c.call_tool, "mcp__t__research", {"topic": "x", "hold": True})
+
+            async def statuses() -> list[str]:
+                return [t["status"] for t in await _downstream_tasks(downstreams, "t")]
+
+            async def working() -> bool:
+                return await statuses() == ["working"]
+
+            await until(working, "the task omega runs for the call")
+            task_group.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
+
+        async def cancelled() -> bool:
+            return await statuses() == ["cancelled"]
+
+        await until(cancelled, "the task to be cancelled on the server")
+
+
 # -- over stdio and streamable HTTP -----------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ The 2026-07-28 era has no tasks in its core (they continue as an extension omega
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +39,8 @@ __all__ = [
     "task_support",
     "with_task_id",
 ]
+
+logger = logging.getLogger(__name__)
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 """The `_meta` key naming the task a message belongs to."""
@@ -146,8 +149,8 @@ async def _cancel(send: Send, task_id: str) -> None:
     with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_SECONDS):
         try:
             await send("tasks/cancel", {"taskId": task_id}, _CANCEL_SECONDS)
-        except MCPError:
-            pass  # already finished, or the server is gone: nothing left to stop
+        except Exception as exc:  # boundary: already finished, or the server is gone: nothing left to stop
+            logger.debug("task %s not cancelled: %s", task_id, exc)
 
 
 @dataclass(frozen=True, slots=True)
