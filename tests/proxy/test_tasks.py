@@ -31,7 +31,9 @@ from hub_support import free_port, hub_client, start_hub
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.server.server import OmegaServer
+from omega_mcp.server.server import OmegaServer, build_server
+from omega_mcp.server.tool_search import SessionTools
+from omega_mcp.toolbox import Toolbox
 from proxy_support import FIXTURES, client, downstream_spec, hub
 from relay_support import pipe_client
 from waits import deadline, until
@@ -228,6 +230,21 @@ async def test_a_plain_call_of_a_task_only_tool_runs_as_a_task(rwx_policy: Sandb
             quick = await c.call_tool("mcp__t__quick", {"topic": "moons"})  # optional: a plain call as it is
             assert not quick.is_error
         assert [t["status"] for t in await _downstream_tasks(downstreams, "t")] == ["completed"]
+
+
+async def test_in_search_mode_call_tool_runs_a_task_only_tool_too(rwx_policy: SandboxPolicy):
+    async with (
+        Downstreams([_in_process()], backoff_seconds=0.05) as downstreams,
+        Toolbox(rwx_policy, downstreams) as toolbox,
+    ):
+        omega = build_server(toolbox, catalog=downstreams, tool_search=SessionTools(toolbox, mode="on"))
+        await downstreams.wait_ready()
+        async with client(omega) as c:
+            found = await c.call_tool("search_tools", {"query": "select:mcp__t__research"})
+            assert found.structured_content is not None
+            assert [t["name"] for t in found.structured_content["tools"]] == ["mcp__t__research"]
+            result = await c.call_tool("call_tool", {"name": "mcp__t__research", "arguments": {"topic": "x"}})
+            assert not result.is_error and "report on x" in str(result.content)
 
 
 async def test_a_plain_call_whose_task_outlasts_the_timeout_cancels_the_task(rwx_policy: SandboxPolicy):
