@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from mcp import types
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from cli_support import cli_env
 from hub_support import free_port, hub_client, start_hub
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
@@ -106,6 +108,24 @@ async def test_tasks_are_declared_to_a_tasks_era_client_only(rwx_policy: Sandbox
             with pytest.raises(MCPError) as refused:
                 await _raw(modern, "tasks/list", {})
             assert refused.value.code == types.METHOD_NOT_FOUND
+
+
+@pytest.mark.parametrize("version", ["2024-11-05", "2025-06-18", "2025-11-25"])
+def test_serve_declares_tasks_only_to_a_client_of_the_version_that_defines_them(tmp_path: Path, version: str):
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+    }
+    (tmp_path / "ws").mkdir()
+    serve = [sys.executable, "-m", "omega_mcp", "serve", "--mode", "rwx", "--workspace", str(tmp_path / "ws")]
+    done = subprocess.run(
+        serve, input=json.dumps(initialize) + "\n", capture_output=True, text=True, env=cli_env(tmp_path), timeout=60
+    )
+    result = json.loads(done.stdout.splitlines()[0])["result"]
+    assert result["protocolVersion"] == version
+    assert ("tasks" in result["capabilities"]) == (version == "2025-11-25")
 
 
 # -- a task through omega ---------------------------------------------------------------------

@@ -66,6 +66,8 @@ class TaskHandlers:
 
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         method, params = ctx.method, ctx.params
+        if method == "initialize":
+            return self._declared(await call_next(ctx))
         if method not in TASK_METHODS and not (
             method == "tools/call" and isinstance(params, Mapping) and "task" in params
         ):
@@ -103,6 +105,17 @@ class TaskHandlers:
                 ) from None
             raise
         return with_task_id(raw, str(args["taskId"]))
+
+    @staticmethod
+    def _declared(result: HandlerResult) -> HandlerResult:
+        """The `initialize` answer without `tasks` for a version that defines none (the SDK sends every
+        capability it is given to every handshake version)."""
+        if not isinstance(result, Mapping) or result.get("protocolVersion") in TASK_VERSIONS:
+            return result
+        capabilities = object_or_none(result.get("capabilities"))
+        if capabilities is None or "tasks" not in capabilities:
+            return result
+        return {**result, "capabilities": {k: v for k, v in capabilities.items() if k != "tasks"}}
 
     def _live(self, held: Held | None) -> DownstreamSession | None:
         """The connection a task runs on while it is still the server's current one."""
