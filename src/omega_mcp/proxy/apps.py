@@ -11,8 +11,8 @@ back where a client names one (`resources/read`, subscriptions). Only `ui://` UR
 other URI is the server's own.
 
 A tool whose `_meta.ui.visibility` leaves out `"model"` is for the app alone: it stays listed (the
-host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it
-and `call_tool` refuses it (`app_only`).
+host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it,
+`call_tool` refuses it (`app_only`) and the agent loop never offers it to its model (agent/tools.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from omega_mcp.names import Route
 
 __all__ = [
     "app_only",
+    "app_only_message",
     "app_only_refusal",
     "client_contents",
     "client_uri",
@@ -208,4 +209,9 @@ def app_only_refusal(toolbox: _Lookup, name: str) -> str | None:
     tool = downstreams.get_tool(route.server_name, route.tool_name)
     if tool is None or not app_only(tool):
         return None
+    return app_only_message(name)
+
+
+def app_only_message(name: str) -> str:
+    """Why the model may not run the app-only tool `name` (`call_tool`'s refusal, the agent's error result)."""
     return f"{name} is a tool for its app's interface only (_meta.ui.visibility); the model cannot call it"
