@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,11 +115,17 @@ class Peer:
     """What the client answers when asked (a name, a model's words) and the updates it hears of."""
 
     updates: list[str] = field(default_factory=list)
+    logs: list[tuple[str, str | None, Any]] = field(default_factory=list)
     heard: anyio.Event = field(default_factory=anyio.Event)
     tools_changed: anyio.Event = field(default_factory=anyio.Event)
 
     async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        if params.message == "decline?":
+            return types.ElicitResult(action="decline")
         return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append((params.level, params.logger, params.data))
 
     async def sample(self, context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
         return types.CreateMessageResult(role="assistant", content=types.TextContent(text="hi"), model="scripted")
@@ -131,8 +137,17 @@ class Peer:
         elif isinstance(message, types.ToolListChangedNotification):
             self.tools_changed.set()
 
-    def callbacks(self) -> dict[str, Any]:
-        return {"elicitation_callback": self.elicit, "sampling_callback": self.sample, "message_handler": self.message}
+    def callbacks(self, era: str) -> dict[str, Any]:
+        """What a client of `era` is made with (a 2026-era client asks for logs with each request)."""
+        logs: dict[str, Any] = {"logging_callback": self.log}
+        if era == "modern":
+            logs["log_level"] = "info"
+        return {
+            "elicitation_callback": self.elicit,
+            "sampling_callback": self.sample,
+            "message_handler": self.message,
+            **logs,
+        }
 
 
 @dataclass
@@ -151,12 +166,14 @@ async def omega(request: pytest.FixtureRequest, place: Path, config: Path, http_
         if front == "stdio":
             command = ["-m", "omega_mcp", "serve", "--config", str(config)]
             params = StdioServerParameters(command=sys.executable, args=command, env=cli_env(place), cwd=place)
-            client = await stack.enter_async_context(mcp.Client(params, mode=MODES[era], **peer.callbacks()))
+            client = await stack.enter_async_context(mcp.Client(params, mode=MODES[era], **peer.callbacks(era)))
         else:
-            connected = hub_client(http_omega.url, http_omega.token, mode=MODES[era], **peer.callbacks())
+            connected = hub_client(http_omega.url, http_omega.token, mode=MODES[era], **peer.callbacks(era))
             client = await stack.enter_async_context(connected)
         assert client.protocol_version == ("2025-11-25" if era == "handshake" else "2026-07-28")
         await listed(client, *(f"mcp__{name}__echo" for name in SERVERS), seconds=60)
+        if era == "handshake":
+            await client.set_logging_level("info")
         yield Omega(client, peer, era)
 
 
@@ -201,6 +218,28 @@ async def test_resources_and_prompts_pass_across_the_eras(omega: Omega, server: 
 async def test_elicitation_reaches_the_client_across_the_eras(omega: Omega, server: str):
     with deadline(30):
         assert _text(await omega.client.call_tool(f"mcp__{server}__ask", {})) == "Hello, Ada!"
+
+
+@SERVER
+async def test_a_declined_elicitation_reaches_the_server_as_declined_across_the_eras(omega: Omega, server: str):
+    with deadline(30):
+        assert _text(await omega.client.call_tool(f"mcp__{server}__ask", {"question": "decline?"})) == "decline"
+
+
+@SERVER
+async def test_progress_and_logs_of_a_call_reach_its_client_across_the_eras(omega: Omega, server: str):
+    era, steps = SERVERS[server][0], list[tuple[float, float | None, str | None]]()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        steps.append((progress, total, message))
+
+    omega.peer.logs.clear()
+    with deadline(30):
+        called = await omega.client.call_tool(f"mcp__{server}__progress", {}, progress_callback=on_progress)
+        assert _text(called) == "done"
+        assert _text(await omega.client.call_tool(f"mcp__{server}__log", {})) == "logged"
+    assert steps == [(1, 2, "half"), (2, 2, "all")]
+    assert omega.peer.logs == [("info", "era", {"from": era})]
 
 
 @SERVER
@@ -270,3 +309,42 @@ async def test_a_subscribed_client_hears_of_updates_across_the_eras(omega: Omega
                 with anyio.move_on_after(0.2):
                     event = await stream.__anext__()
     assert getattr(event, "uri", None) == uri
+
+
+@SERVER
+async def test_clients_of_both_eras_follow_one_resource_at_once_and_leave_it_apart(http_omega: Hub, server: str):
+    """One downstream resource, a handshake-era subscriber and a 2026-era listener on the one hub: each hears of
+    the update, and the subscriber's leaving does not end the listener's stream."""
+    uri, old, new = f"res://{server}/note", Peer(), Peer()
+    async with (
+        hub_client(http_omega.url, http_omega.token, mode="legacy", **old.callbacks("handshake")) as subscriber,
+        hub_client(http_omega.url, http_omega.token, mode="2026-07-28", **new.callbacks("modern")) as listener,
+        listener.listen(resource_subscriptions=[uri]) as stream,
+    ):
+        await subscriber.subscribe_resource(uri)
+
+        async def touched_until(heard: Callable[[], Awaitable[bool]]) -> None:
+            with deadline(30):
+                while True:  # until each side's subscription is in place downstream
+                    assert _text(await listener.call_tool(f"mcp__{server}__touch", {})) == "touched"
+                    if await heard():
+                        return
+
+        async def both() -> bool:
+            with anyio.move_on_after(0.2):
+                await stream.__anext__()
+                with anyio.move_on_after(1):
+                    await old.heard.wait()
+            return old.heard.is_set()
+
+        await touched_until(both)
+        await subscriber.unsubscribe_resource(uri)
+
+        async def listener_alone() -> bool:
+            with anyio.move_on_after(0.2):
+                await stream.__anext__()
+                return True
+            return False
+
+        await touched_until(listener_alone)
+    assert set(old.updates) == {uri}
