@@ -7,6 +7,7 @@ would. One omega per front end and client era serves the whole module (every dow
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from cli_support import cli_env
 from hub_support import Hub, free_port, hub_client, start_hub
 from proxy_support import FIXTURES, listed
-from waits import deadline, until_sync
+from waits import deadline, until, until_sync
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -348,3 +349,26 @@ async def test_clients_of_both_eras_follow_one_resource_at_once_and_leave_it_apa
 
         await touched_until(listener_alone)
     assert set(old.updates) == {uri}
+
+
+@SERVER
+async def test_a_call_the_client_gives_up_on_is_cancelled_downstream_across_the_eras(omega: Omega, server: str):
+    c = omega.client
+
+    async def waits() -> dict[str, int]:
+        return json.loads(_text(await c.call_tool(f"mcp__{server}__waits", {})))
+
+    before = await waits()
+    async with anyio.create_task_group() as calling:
+        calling.start_soon(c.call_tool, f"mcp__{server}__wait", {})
+
+        async def started() -> bool:
+            return (await waits())["started"] > before["started"]
+
+        await until(started, "the call to reach the server", seconds=30, interval=0.05)
+        calling.cancel_scope.cancel()  # the client gives up on it
+
+    async def cancelled() -> bool:
+        return (await waits())["cancelled"] > before["cancelled"]
+
+    await until(cancelled, "the server to see the call cancelled", seconds=30, interval=0.05)
