@@ -5,13 +5,17 @@ another uid refused, bash unable to reach the socket, and a first tools/list tha
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -20,7 +24,7 @@ import pytest
 from mcp import MCPError
 from mcp.client.stdio import StdioServerParameters
 
-from waits import deadline
+from waits import deadline, scaled, until_sync
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 
@@ -295,3 +299,147 @@ async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_res
                 await anyio.sleep(0.2)  # the hub polls the file: nothing in this process to wait on
         assert _text(await client.call_tool("mcp__added__echo", {"text": "new"})) == "new"
         assert _text(await client.call_tool("mcp__echo__pid", {})) == before
+
+
+class _Pipes:
+    """A raw `attach` process on pipes, for the exchanges an SDK client would hide (who answered, and when)."""
+
+    def __init__(self, tmp_path: Path, config: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(tmp_path),
+            cwd=tmp_path,
+        )
+        self.buffer = b""
+
+    def send(self, message: dict[str, object]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, key: int) -> dict[str, object]:
+        """The answer to request `key` (notifications on the way are skipped), bounded."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        end = time.monotonic() + scaled(30)
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if message.get("id") == key:
+                    return message
+            left = end - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], f"no answer to request {key}"
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, "attach exited"
+            self.buffer += chunk
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(scaled(30))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def _hub_answers(tmp_path: Path, config: Path, *openings: dict[str, object]) -> list[dict[str, object]]:
+    """What the running hub itself answers to each opening, asked as a window of its own (one per opening)."""
+    [sock_path] = (tmp_path / "h" / "run").glob("*.sock")
+    answers = []
+    run = os.open(sock_path.parent, os.O_PATH | os.O_DIRECTORY)  # tmp_path makes too long a sun_path
+    for opening in openings:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(f"/proc/self/fd/{run}/{sock_path.name}")
+            sock.settimeout(scaled(30))
+            reader = sock.makefile("rb")
+            hello = {"omega": "attach", "window": f"probe{len(answers)}", "workspace": None, "pid": os.getpid()}
+            sock.sendall(json.dumps(hello).encode() + b"\n")
+            assert json.loads(reader.readline())["ok"] is True
+            sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, **opening}).encode() + b"\n")
+            answers.append(json.loads(reader.readline()))
+    os.close(run)
+    return answers
+
+
+_INITIALIZE = {
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+_DISCOVER = {
+    "method": "server/discover",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    },
+}
+
+
+def _greeted(tmp_path: Path, config: Path) -> Path:
+    """Start and stop the hub once, so that run/ holds its greeting for `config`; the start lock's path."""
+    assert _omega(tmp_path, "hub", "start", "--config", str(config)).returncode == 0
+    run = tmp_path / "h" / "run"
+    until_sync(lambda: bool(list(run.glob("*.json"))), "the hub's greeting")
+    assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 0
+    [lock] = run.glob("*.lock")
+    return lock
+
+
+@contextmanager
+def _held(lock: Path) -> Iterator[None]:
+    """Hold the hub's start lock: no hub can start for this config until it is let go."""
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield None
+    finally:
+        os.close(fd)
+
+
+def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits_for_the_hub(
+    tmp_path: Path, stop_hubs: None
+) -> None:
+    config = _config(tmp_path)
+    lock = _greeted(tmp_path, config)
+    handshake, modern = _Pipes(tmp_path, config), _Pipes(tmp_path, config)
+    try:
+        with _held(lock):  # no hub can start: whatever answers now is attach alone
+            handshake.send({"id": 1, **_INITIALIZE})
+            modern.send({"id": 7, **_DISCOVER})
+            answered = handshake.answer(1), modern.answer(7)
+            assert not _hubs(config)
+            handshake.send({"method": "notifications/initialized"})
+            handshake.send({"id": 2, "method": "tools/list"})
+        listed = handshake.answer(2)  # once the hub the window starts is up
+        names = {t["name"] for t in listed["result"]["tools"]}  # type: ignore[index]
+        assert {"bash", "mcp__echo__echo", "mcp__sess__echo"} <= names
+        # what attach answered is what the hub itself answers
+        assert list(answered) == _hub_answers(tmp_path, config, {"id": 1, **_INITIALIZE}, {"id": 7, **_DISCOVER})
+        assert answered[0]["result"]["protocolVersion"] == "2025-06-18"  # type: ignore[index]
+    finally:
+        handshake.close()
+        modern.close()
+
+
+def test_a_greeting_for_other_config_content_is_not_used(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    lock = _greeted(tmp_path, config)
+    config.write_text(config.read_text() + f"[servers.added]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n")
+    window = _Pipes(tmp_path, config)
+    try:
+        with _held(lock):
+            window.send({"id": 1, **_INITIALIZE})
+        instructions = window.answer(1)["result"]["instructions"]  # type: ignore[index]
+        assert "added (mcp__added__*)" in str(instructions)  # the new hub's answer, not the old greeting's
+    finally:
+        window.close()
