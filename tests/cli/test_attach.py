@@ -304,15 +304,17 @@ async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_res
 class _Pipes:
     """A raw `attach` process on pipes, for the exchanges an SDK client would hide (who answered, and when)."""
 
-    def __init__(self, tmp_path: Path, config: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=_env(tmp_path),
-            cwd=tmp_path,
-        )
+    def __init__(self, tmp_path: Path, config: Path, **env: str) -> None:
+        self.errors = tmp_path / f"attach-{len(list(tmp_path.glob('attach-*.err')))}.err"
+        with self.errors.open("wb") as errors:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env={**_env(tmp_path), **env},
+                cwd=tmp_path,
+            )
         self.buffer = b""
 
     def send(self, message: dict[str, object]) -> None:
@@ -345,9 +347,8 @@ class _Pipes:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _hub_answers(tmp_path: Path, config: Path, *openings: dict[str, object]) -> list[dict[str, object]]:
@@ -443,3 +444,24 @@ def test_a_greeting_for_other_config_content_is_not_used(tmp_path: Path, stop_hu
         assert "added (mcp__added__*)" in str(instructions)  # the new hub's answer, not the old greeting's
     finally:
         window.close()
+
+
+def test_a_window_answered_at_once_whose_hub_cannot_start_is_served_in_process(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    _greeted(tmp_path, config)
+    # The naming a window hands the hub it starts, made one the hub refuses: that hub exits at once.
+    window = _Pipes(tmp_path, config, OMEGA_HUB_CLIENT_PREFIX="not a prefix!")
+    try:
+        window.send({"id": 1, **_INITIALIZE})
+        assert "result" in window.answer(1)
+        window.send({"method": "notifications/initialized"})
+        window.send(
+            {"id": 2, "method": "tools/call", "params": {"name": "mcp__echo__echo", "arguments": {"text": "x"}}}
+        )
+        called = window.answer(2)
+        assert called["result"]["content"][0]["text"] == "x", called  # type: ignore[index]
+        assert not _hubs(config)
+    finally:
+        window.close()
+    assert "the hub exited with status 2" in window.errors.read_text()
+    assert "serving in-process instead" in window.errors.read_text()

@@ -19,6 +19,7 @@ says why on stderr and serves as `omega-mcp serve` with the same flags.
 from __future__ import annotations
 
 import _socket
+import _thread
 import errno
 import fcntl
 import os
@@ -27,6 +28,10 @@ import time
 
 from omega_mcp.cli.attach_relay import Greeting, HubEnd, Relay, dumps, object_of
 from omega_mcp.version import __version__
+
+TYPE_CHECKING = False  # not `typing`: one per window
+if TYPE_CHECKING:
+    import subprocess
 
 try:
     from _blake2 import blake2b as _blake2b
@@ -59,6 +64,8 @@ class HubAddress:
         self.lock = os.path.join(self.run_dir, f"{name}.lock")
         self.greeting = os.path.join(self.run_dir, f"{name}.json")
         self.log = os.path.join(home, "logs", f"{name}.log")
+        self.started: list[int | None] = []
+        """For each hub this process started, its exit status once it has exited (else None)."""
 
     def prepare(self) -> None:
         """Make `run/` (0700, ours) and `logs/`.
@@ -222,11 +229,14 @@ def start_hub(address: HubAddress, naming: tuple[str | None, str | None] = (None
             )
         finally:
             os.close(log)
+        address.started.append(None)
         while True:
             sock = address.connect()
-            if sock is not None:
-                return sock
             code = proc.poll()
+            if sock is not None:
+                if code is None:  # reaped when it exits, for `_open` to know
+                    _thread.start_new_thread(_reap, (proc, address.started))
+                return sock
             if code is not None:
                 raise OSError(errno.ECHILD, f"the hub exited with status {code} (its log: {address.log})")
             if time.monotonic() > deadline:
@@ -234,6 +244,10 @@ def start_hub(address: HubAddress, naming: tuple[str | None, str | None] = (None
             time.sleep(0.02)
     finally:
         os.close(lock)
+
+
+def _reap(proc: subprocess.Popen[bytes], started: list[int | None]) -> None:
+    started[-1] = proc.wait()
 
 
 class _Options:
@@ -321,6 +335,9 @@ def _open(address: HubAddress, options: _Options, hello: bytes) -> HubEnd:
         if answer is not None:
             break
         sock.close()
+        code = address.started[-1] if address.started else None
+        if code is not None:  # the hub this window started took the connection and exited: it will not start
+            raise OSError(errno.ECHILD, f"the hub exited with status {code} (its log: {address.log})")
         if time.monotonic() > deadline:
             raise OSError(errno.ECONNRESET, "the hub closed the connection")
         time.sleep(0.1)
