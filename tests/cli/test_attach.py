@@ -465,3 +465,51 @@ def test_a_window_answered_at_once_whose_hub_cannot_start_is_served_in_process(t
         window.close()
     assert "the hub exited with status 2" in window.errors.read_text()
     assert "serving in-process instead" in window.errors.read_text()
+
+
+def test_the_hub_log_is_rotated_past_its_size_keeping_one_older_file(tmp_path: Path) -> None:
+    from omega_mcp.cli.attach import rotate_log
+
+    log = tmp_path / "hub.log"
+    log.write_bytes(b"old\n" * 10)
+    assert not rotate_log(str(log), limit=1000) and not (tmp_path / "hub.log.1").exists()
+    assert rotate_log(str(log), limit=40)
+    assert (tmp_path / "hub.log.1").read_bytes() == b"old\n" * 10 and not log.exists()
+    log.write_bytes(b"newer\n" * 10)
+    assert rotate_log(str(log), limit=40)
+    assert (tmp_path / "hub.log.1").read_bytes() == b"newer\n" * 10  # one older file, no more
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub.log.1"]
+
+
+def test_a_running_hub_goes_on_in_a_new_log_once_its_own_is_too_big(tmp_path: Path) -> None:
+    log = tmp_path / "hub.log"
+    code = (
+        "import sys\n"
+        "from omega_mcp.cli.hubd import rotate_own_log\n"
+        "print('before ' * 20, flush=True)\n"
+        "assert not rotate_own_log(sys.argv[1], limit=10_000)\n"
+        "assert rotate_own_log(sys.argv[1], limit=100)\n"
+        "print('after', flush=True)\n"
+        "sys.stderr.write('after on stderr\\n')\n"
+    )
+    with log.open("ab") as out:
+        done = subprocess.run([sys.executable, "-c", code, str(log)], stdout=out, stderr=out, timeout=60, check=False)
+    assert done.returncode == 0, (tmp_path / "hub.log.1").read_text() if (tmp_path / "hub.log.1").exists() else ""
+    assert (tmp_path / "hub.log.1").read_text().startswith("before ")
+    assert log.read_text().splitlines()[-2:] == ["after", "after on stderr"]
+
+
+def test_a_hub_started_on_a_log_past_its_size_starts_a_new_one(
+    tmp_path: Path, stop_hubs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omega_mcp.cli.attach import LOG_BYTES, address_of
+
+    config = _config(tmp_path)
+    monkeypatch.setenv("OMEGA_HOME", str(tmp_path / "h"))
+    log = Path(address_of(str(config)).log)
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as big:
+        big.truncate(LOG_BYTES)  # sparse: its size is what counts
+    assert _omega(tmp_path, "hub", "start", "--config", str(config)).returncode == 0
+    assert Path(f"{log}.1").stat().st_size == LOG_BYTES
+    assert 0 < log.stat().st_size < LOG_BYTES
