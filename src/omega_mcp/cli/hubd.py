@@ -164,6 +164,7 @@ async def _ask_ourselves(server: OmegaServer, opening: Mapping[str, Any]) -> dic
 async def write_greeting(server: OmegaServer, address: attach.HubAddress, content: bytes) -> bool:
     """Write run/'s greeting: this hub's answers to each opening, for `config`'s `content` (see attach.py)."""
     answers: dict[str, str] = {}
+    began = time.monotonic()
     for key, opening in _openings().items():
         answer = await _ask_ourselves(server, opening)
         if answer is None or answer.get("id") != 1 or ("result" in answer) == ("error" in answer):
@@ -171,6 +172,7 @@ async def write_greeting(server: OmegaServer, address: attach.HubAddress, conten
             return False
         part = "result" if "result" in answer else "error"
         answers[key] = f"{json.dumps(part)}:{json.dumps(answer[part], separators=(',', ':'))}"
+    logger.debug("the hub asked itself %d openings in %.0f ms", len(answers), (time.monotonic() - began) * 1000)
     greeting = {"omega": __version__, "config": attach.digest(content), "answers": answers}
     temporary = f"{address.greeting}.{os.getpid()}"
     try:
@@ -302,6 +304,15 @@ async def _serve(
                 with anyio.move_on_after(max(wait, 0.05)):
                     await windows.changed.wait()
 
+        async def greet() -> None:
+            # Once the servers have settled: asking itself costs the loop ~100 ms, which the first
+            # windows of a cold start should not wait behind (the greeting is for the next cold start).
+            with anyio.move_on_after(_START_SECONDS):
+                while not downstreams.ready:  # noqa: ASYNC110 - the supervisor's flag, no public event
+                    await anyio.sleep(0.1)
+            assert content is not None
+            await write_greeting(server, address, content)
+
         async def rotate() -> None:
             while True:
                 await anyio.sleep(_ROTATE_SECONDS)
@@ -310,7 +321,7 @@ async def _serve(
         async with anyio.create_task_group() as tg:
             tg.start_soon(guard.until_signalled, tg.cancel_scope)
             if content is not None:
-                tg.start_soon(write_greeting, server, address, content)
+                tg.start_soon(greet)
             tg.start_soon(rotate)
             await tg.start(reload_on_sighup, config, policy, downstreams, tokens, profiles)
             if config.path is not None:
