@@ -235,7 +235,7 @@ def start_hub(address: HubAddress, naming: tuple[str | None, str | None] = (None
             code = proc.poll()
             if sock is not None:
                 if code is None:  # reaped when it exits, for `_open` to know
-                    _thread.start_new_thread(_reap, (proc, address.started))
+                    _thread.start_new_thread(_reap, (proc, address.started, len(address.started) - 1))
                 return sock
             if code is not None:
                 raise OSError(errno.ECHILD, f"the hub exited with status {code} (its log: {address.log})")
@@ -246,8 +246,18 @@ def start_hub(address: HubAddress, naming: tuple[str | None, str | None] = (None
         os.close(lock)
 
 
-def _reap(proc: subprocess.Popen[bytes], started: list[int | None]) -> None:
-    started[-1] = proc.wait()
+def _reap(proc: subprocess.Popen[bytes], started: list[int | None], index: int) -> None:
+    started[index] = proc.wait()
+
+
+def _exit_status(started: list[int | None], since: int, seconds: float = 1.0) -> int | None:
+    """The exit status of a hub in `started[since:]` (which its reaper fills in), given `seconds` to exit."""
+    end = time.monotonic() + (seconds if len(started) > since else 0)
+    while True:
+        code = next((c for c in started[since:] if c is not None), None)
+        if code is not None or time.monotonic() > end:
+            return code
+        time.sleep(0.02)
 
 
 class _Options:
@@ -324,6 +334,7 @@ def _open(address: HubAddress, options: _Options, hello: bytes) -> HubEnd:
     deadline = time.monotonic() + _START_SECONDS
     naming = (options.get("--client-prefix"), options.get("--names"))
     while True:
+        before = len(address.started)
         sock = start_hub(address, naming)
         try:
             sock.settimeout(30)
@@ -335,8 +346,8 @@ def _open(address: HubAddress, options: _Options, hello: bytes) -> HubEnd:
         if answer is not None:
             break
         sock.close()
-        code = address.started[-1] if address.started else None
-        if code is not None:  # the hub this window started took the connection and exited: it will not start
+        code = _exit_status(address.started, before)
+        if code is not None:  # the hub this call started took the connection and exited: it will not start
             raise OSError(errno.ECHILD, f"the hub exited with status {code} (its log: {address.log})")
         if time.monotonic() > deadline:
             raise OSError(errno.ECONNRESET, "the hub closed the connection")

@@ -215,7 +215,8 @@ class Relay:
         self.initialize: dict[str, object] | None = None
         self.initialized: bytes | None = None
         self.swallow: set[str] = set()
-        self.answered_here: set[str] = set()
+        self.initialize_key: str | None = None
+        """The id of the client's `initialize` when it was answered here."""
         self.opening: str | None = "first" if greeting is not None else None
         """"first": nothing asked yet; "handshake": a bare server/discover was (an initialize may follow)."""
         self.replays = 0
@@ -285,7 +286,8 @@ class Relay:
         raw = dumps(key)
         self.to_client += b'{"jsonrpc":"2.0","id":%s,%s}\n' % (raw.encode(), answer.encode())
         self.swallow.add(raw)
-        self.answered_here.add(raw)
+        if method == "initialize":
+            self.initialize_key = raw
         return True
 
     def _from_hub_line(self, line: bytes) -> None:
@@ -294,8 +296,8 @@ class Relay:
             key = dumps(message.get("id"))
             if key in self.swallow:
                 self.swallow.discard(key)
-                if key in self.answered_here and "error" in message and "initialize" in str(self.initialize):
-                    _say(f"the hub refused the opening this window was answered at once: {message.get('error')}")
+                if key == self.initialize_key and "error" in message:  # the client was told it succeeded
+                    _say(f"the hub refused the initialize this window was answered at once: {message.get('error')}")
                 return
             self.in_flight.pop(key, None)
         self.to_client += line + b"\n"
@@ -313,7 +315,7 @@ class Relay:
             self.to_client += error
         self.in_flight.clear()
         self.swallow.clear()
-        self.answered_here.clear()
+        self.initialize_key = None
         self.to_hub.clear()
         self.from_hub.clear()
         self.opening = None
