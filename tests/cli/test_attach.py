@@ -412,12 +412,15 @@ def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits
 ) -> None:
     config = _config(tmp_path)
     lock = _greeted(tmp_path, config)
-    handshake, modern = _Pipes(tmp_path, config), _Pipes(tmp_path, config)
+    handshake, modern, probing = _Pipes(tmp_path, config), _Pipes(tmp_path, config), _Pipes(tmp_path, config)
     try:
         with _held(lock):  # no hub can start: whatever answers now is attach alone
             handshake.send({"id": 1, **_INITIALIZE})
             modern.send({"id": 7, **_DISCOVER})
+            probing.send({"id": 1, "method": "server/discover"})  # no 2026 envelope: the handshake follows
+            probing.send({"id": 2, **_INITIALIZE})
             answered = handshake.answer(1), modern.answer(7)
+            probed = probing.answer(1), probing.answer(2)
             assert not _hubs(config)
             handshake.send({"method": "notifications/initialized"})
             handshake.send({"id": 2, "method": "tools/list"})
@@ -427,9 +430,12 @@ def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits
         # what attach answered is what the hub itself answers
         assert list(answered) == _hub_answers(tmp_path, config, {"id": 1, **_INITIALIZE}, {"id": 7, **_DISCOVER})
         assert answered[0]["result"]["protocolVersion"] == "2025-06-18"  # type: ignore[index]
+        assert probed[0]["error"]["code"] == -32601  # type: ignore[index]  # as the hub answers it
+        assert probed[0] == _hub_answers(tmp_path, config, {"id": 1, "method": "server/discover"})[0]
+        assert probed[1] == {**answered[0], "id": 2}
     finally:
-        handshake.close()
-        modern.close()
+        for window in (handshake, modern, probing):
+            window.close()
 
 
 def test_a_greeting_for_other_config_content_is_not_used(tmp_path: Path, stop_hubs: None) -> None:
