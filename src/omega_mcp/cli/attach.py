@@ -116,7 +116,8 @@ class HubAddress:
         if not isinstance(answers, dict):
             return None
         items: dict[object, object] = answers  # pyright: ignore[reportUnknownVariableType]
-        return Greeting({str(k): v for k, v in items.items() if isinstance(v, str)})
+        # Each answer goes out as it is, inside one line: one that could end the line is no answer.
+        return Greeting({str(k): v for k, v in items.items() if isinstance(v, str) and "\n" not in v and "\r" not in v})
 
 
 def omega_home() -> str:
