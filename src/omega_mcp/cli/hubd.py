@@ -7,11 +7,11 @@ for the same config finds the socket answering and exits. It reloads its config 
 the file's content changes (polled), as `serve --http` does (cli/hub.py); it exits when no window has
 been attached for `[hub] idle_exit` seconds, on `hub stop`, and on SIGINT/SIGTERM, stopping every
 server on the way out, and removes its socket. `hub start|status|stop` speak to it with one control
-line each (the stdlib client in cli/attach.py). Once its server is built it asks that server, on a
-private socket pair, each opening a window may send (`initialize` at each version, `server/discover`
-with and without the 2026 envelope) and writes the answers to run/ as its greeting, dated by its
-config's content and omega's version, from which `attach` answers a window's opening at once, even
-before a hub listens. Its log (stdout and stderr, the file `attach` opened) is rotated by size.
+line each (the stdlib client in cli/attach.py). Once its servers have settled it asks its own MCP
+server, on a private socket pair, each opening a window may send (`initialize` at each version,
+`server/discover` with and without the 2026 envelope) and writes the answers to run/ as its
+greeting, dated by its config's content and omega's version, from which `attach` answers a window's
+opening at once, even before a hub listens. Its log (stdout and stderr, the file `attach` opened) is rotated by size.
 """
 
 from __future__ import annotations
