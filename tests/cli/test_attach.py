@@ -24,7 +24,7 @@ import pytest
 from mcp import MCPError
 from mcp.client.stdio import StdioServerParameters
 
-from waits import deadline, scaled, until_sync
+from waits import deadline, scaled, until, until_sync
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 
@@ -229,16 +229,20 @@ async def test_hub_start_status_and_stop(tmp_path: Path, stop_hubs: None) -> Non
     assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 1
 
 
-async def test_bash_cannot_see_or_reach_the_hub_socket(tmp_path: Path, stop_hubs: None) -> None:
+async def test_bash_cannot_see_or_reach_the_hub_socket_or_its_greeting(tmp_path: Path, stop_hubs: None) -> None:
     config = _config(tmp_path)
     async with _window(tmp_path, config, "--mode", "sandbox") as client:
-        [sock] = (tmp_path / "h" / "run").glob("*.sock")
+        run = tmp_path / "h" / "run"
+        [sock] = run.glob("*.sock")
+        await until(lambda: bool(list(run.glob("*.json"))), "the hub's greeting")
+        [greeting] = run.glob("*.json")
         probe = (
-            f"ls {sock.parent}; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+            f"ls {run}; cat {greeting}; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
             f's.connect("{sock}"); print("CONNECTED")\''
         )
         result = _text(await client.call_tool("bash", {"command": probe}))
         assert "CONNECTED" not in result and sock.name not in result
+        assert f"{greeting}: No such file or directory" in result and "instructions" not in result
 
 
 def test_a_peer_of_another_uid_is_refused(tmp_path: Path, stop_hubs: None) -> None:
