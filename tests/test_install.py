@@ -103,6 +103,11 @@ def test_tools_cannot_plant_code_in_omegas_own_venv_under_tmp(tmp_path: Path) ->
         return _run("omega-mcp", *args, "--workspace", tmp_path / "ws", cwd=tmp_path, env=env)
 
     (tmp_path / "ws").mkdir()
+    # The control: the file tools work in the workspace, from this install, under this 0700 /tmp dir.
+    ok = omega("call", "write", json.dumps({"file_path": str(tmp_path / "ws" / "ok.txt"), "content": "fine\n"}))
+    assert ok.returncode == 0 and "(created)" in ok.stdout, ok.stdout + ok.stderr
+    read = omega("call", "read", json.dumps({"file_path": str(tmp_path / "ws" / "ok.txt")}))
+    assert read.returncode == 0 and "fine" in read.stdout, read.stdout + read.stderr
     write = omega("call", "write", json.dumps({"file_path": str(site / "evil.pth"), "content": payload}))
     assert write.returncode == 1 and "never writable" in write.stdout, write.stdout + write.stderr
     script = f"printf %s {shlex.quote(payload)} > {shlex.quote(str(site / 'evil.pth'))}; echo rc=$?"

@@ -48,13 +48,22 @@ ANSWER_SECONDS = 10.0
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
 
 
+def _interpreter() -> str:
+    """The interpreter the worker runs on: the base installation's (a venv's `home`), resolved, never
+    the venv's own: a venv made with copies (`venv.EnvBuilder()`'s default, `python -m venv --copies`)
+    has its own binary, which under /tmp lies below the session's private /tmp inside the world and
+    cannot be run there. The worker needs the standard library only, which the base has."""
+    base: str = getattr(sys, "_base_executable", "") or sys.executable
+    return os.path.realpath(base)
+
+
 @functools.cache
 def _worker_argv() -> tuple[str, ...]:
-    """The worker's command line: the real interpreter (not a venv's link to it) running the module's
-    source given on the command line, so nothing is looked up by path inside the world, where omega's
-    own install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
+    """The worker's command line: the base interpreter (`_interpreter`) running the module's source
+    given on the command line, so nothing is looked up by path inside the world, where omega's own
+    install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
     source = _WORKER.read_text(encoding="utf-8")
-    return (os.path.realpath(sys.executable), "-I", "-S", "-c", f"{source}\nraise SystemExit(main())\n")
+    return (_interpreter(), "-I", "-S", "-c", f"{source}\nraise SystemExit(main())\n")
 
 
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
