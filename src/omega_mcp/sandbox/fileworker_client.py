@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
-from omega_mcp.sandbox import zygote_client
+from omega_mcp.sandbox import mountplan, zygote_client
 from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -40,6 +40,7 @@ __all__ = [
     "discard",
     "forget",
     "running",
+    "started",
     "worker_for",
 ]
 
@@ -48,22 +49,30 @@ ANSWER_SECONDS = 10.0
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
 
 
-def _interpreter() -> str:
-    """The interpreter the worker runs on: the base installation's (a venv's `home`), resolved, never
-    the venv's own: a venv made with copies (`venv.EnvBuilder()`'s default, `python -m venv --copies`)
-    has its own binary, which under /tmp lies below the session's private /tmp inside the world and
-    cannot be run there. The worker needs the standard library only, which the base has."""
+def _interpreter(policy: SandboxPolicy) -> str:
+    """The interpreter the worker runs on: the one running omega, resolved (a venv's link leads to its
+    base), unless that lies where the world does not show it: a venv made with copies
+    (`venv.EnvBuilder()`'s default, `python -m venv --copies`) has a binary of its own, which under
+    /tmp lies below the session's private /tmp, and hidden paths are covered. Then the base
+    installation's (a venv's `home`): the worker needs the standard library only, which the base has."""
+    own = os.path.realpath(sys.executable)
+    unseen = (mountplan.real_own(policy.tmp_dir), *(mountplan.real_own(p) for p in policy.hidden))
+    if not any(mountplan.within(Path(own), place) for place in unseen):
+        return own
     base: str = getattr(sys, "_base_executable", "") or sys.executable
     return os.path.realpath(base)
 
 
 @functools.cache
-def _worker_argv() -> tuple[str, ...]:
-    """The worker's command line: the base interpreter (`_interpreter`) running the module's source
-    given on the command line, so nothing is looked up by path inside the world, where omega's own
-    install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
-    source = _WORKER.read_text(encoding="utf-8")
-    return (_interpreter(), "-I", "-S", "-c", f"{source}\nraise SystemExit(main())\n")
+def _source() -> str:
+    return _WORKER.read_text(encoding="utf-8") + "\nraise SystemExit(main())\n"
+
+
+def _worker_argv(policy: SandboxPolicy) -> tuple[str, ...]:
+    """The worker's command line: an interpreter the world shows (`_interpreter`) running the module's
+    source given on the command line, so nothing is looked up by path inside the world, where omega's
+    own install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
+    return (_interpreter(policy), "-I", "-S", "-c", _source())
 
 
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
@@ -237,11 +246,8 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         return None
     key = str(tmp)
     known = _workers.get(key)
-    if known is not None and known.alive():
-        with _lock:
-            if key in _workers:
-                _workers.move_to_end(key)
-        return known
+    if (live := started(policy)) is not None:
+        return live
     # The worker's world grants what the file tools may write (`file_write_roots`): bash's roots plus
     # those only the file tools have ($OMEGA_HOME); omega's checks still refuse its protected parts.
     extra = tuple(r for r in policy.file_write_roots if r not in policy.bash_write_roots)
@@ -251,7 +257,7 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         return None  # bash itself cannot run here: the path checks apply alone, as without a world
     if not launch.zygote:
         return None
-    program = _worker_argv()
+    program = _worker_argv(policy)
     launch = dataclasses.replace(launch, program=program, env={"PATH": "/usr/bin:/bin"})
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -276,6 +282,21 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         if old is not None:
             old.close()
     return worker
+
+
+def started(policy: SandboxPolicy) -> FileWorker | None:
+    """The live worker of `policy`'s session if one runs (marked as just used), else None; never starts one."""
+    tmp = policy.private_tmp
+    if tmp is None or policy.mode == "rwx":
+        return None
+    key = str(tmp)
+    known = _workers.get(key)
+    if known is None or not known.alive():
+        return None
+    with _lock:
+        if key in _workers:
+            _workers.move_to_end(key)
+    return known
 
 
 def discard(worker: FileWorker) -> None:
