@@ -282,7 +282,10 @@ async def _run(
     grants: Grants | None,
 ) -> types.CallToolResult:
     worker = None
-    if path != DEV_NULL:
+    if path != DEV_NULL and (worker := fileworker_client.started(policy)) is None:
+        # No worker yet: refuse what needs no file system first, so a denied path starts none. With one
+        # running, the world's attempt makes the same checks (`check_world_write`) in its thread: no
+        # extra hop to a thread and back for each write and edit.
         try:
             await anyio.to_thread.run_sync(precheck_write, policy, path)
         except PathDeniedError as exc:
