@@ -1,7 +1,8 @@
 """Protected names in the write roots, tracked across bash calls: what to bind, and what to undo.
 
 `ProtectedTree` knows every protected entry (`protect.Matcher`, and each git directory's config and
-hooks found by what the directory is, plus its core.hooksPath directory: `gitdirs.py`) at any depth
+hooks found by what the directory is, plus its core.hooksPath directory and the files its config
+includes: `gitdirs.py`) at any depth
 of bash's write roots (the workspace and `write_roots`; the private /tmp and `$OMEGA_HOME/scratch`
 are bash's own and run nothing outside). Directories are looked at again only when they changed: inotify says which
 (`inotify.py`); a directory it cannot watch is compared by mtime. A bash run `begin`s (the existing
@@ -26,7 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omega_mcp.sandbox.gitdirs import GIT_DIR_PROTECTED, HOOKS_PATH, is_git_dir, work_tree_hooks
+from omega_mcp.sandbox.gitdirs import (
+    GIT_DIR_PROTECTED,
+    HOOKS_PATH,
+    INCLUDED,
+    config_includes,
+    is_git_dir,
+    work_tree_hooks,
+)
 from omega_mcp.sandbox.inotify import OVERFLOW, Watcher
 from omega_mcp.sandbox.protect import Matcher, git_config_problem, hooks_problem
 
@@ -109,6 +117,8 @@ class ProtectedTree:
         """The entries of a git directory found by content (`gitdirs.is_git_dir`) that are protected."""
         self._hooks: set[str] = set()
         """The directories a repository's core.hooksPath names (protected like .git/hooks)."""
+        self._includes: set[str] = set()
+        """The files a repository's config includes (protected like .git/config)."""
         self._again: set[str] = set()
         """Cached directories to list again: a hooksPath directory below them was just learnt."""
         self._lock = threading.Lock()
@@ -280,6 +290,16 @@ class ProtectedTree:
         if parent != path and parent in self._dirs:
             self._again.add(parent)  # listed before the name was known: list it again
 
+    def _learn_includes(self, git_dir: str) -> None:
+        """Note the files the config of the git directory `git_dir` includes (inside the roots)."""
+        for included in config_includes(git_dir):
+            if included in self._includes or not self._in_roots(included):
+                continue
+            self._includes.add(included)
+            parent = os.path.dirname(included)
+            if parent != git_dir and parent in self._dirs:
+                self._again.add(parent)  # listed before the name was known: list it again
+
     def _visit(self, path: str, parts: tuple[str, ...], cached: _Dir | None, *, force: bool) -> None:
         todo: list[tuple[str, tuple[str, ...], _Dir | None]] = [(path, parts, cached)]
         while todo and not self._closing:
@@ -309,11 +329,15 @@ class ProtectedTree:
             git_dir = bool(self._git_names) and is_git_dir(names)
             if ".git/hooks" in self.matcher.names:
                 self._learn_hooks(path, names)
+            if git_dir and INCLUDED in self._git_names.values():
+                self._learn_includes(path)
             for entry in entries:
                 child = os.path.join(path, entry.name)
                 by_content = self._git_names.get(entry.name) if git_dir else None
                 if by_content is None and child in self._hooks:
                     by_content = HOOKS_PATH
+                if by_content is None and child in self._includes:
+                    by_content = INCLUDED
                 if by_content is not None and self._record(directory, entry, child, by_content, True):
                     continue  # a git directory's config or hooks whatever its name, a hooksPath directory
                 if self.matcher.relevant(entry.name):
