@@ -24,6 +24,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
 from omega_mcp.sandbox import mountplan, zygote_client
@@ -31,11 +34,15 @@ from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
 
+if TYPE_CHECKING:
+    from omega_mcp.sandbox.tracker import ProtectedTree
+
 __all__ = [
     "ANSWER_SECONDS",
     "MAX_WORKERS",
     "FileWorker",
     "Replaced",
+    "StaleWorkerError",
     "WorkerGoneError",
     "discard",
     "forget",
@@ -93,6 +100,11 @@ class WorkerGoneError(Exception):
     """The worker died or did not answer in time: it is replaced on the next `worker_for`."""
 
 
+class StaleWorkerError(Exception):
+    """The worker's read-only binds are older than the protected names (`FileWorker.stale`): nothing
+    was done; discard it and ask `worker_for` with the tree again."""
+
+
 @dataclass(eq=False)
 class FileWorker:
     """One session's worker: its process (a zygote command) and the socket omega asks it on."""
@@ -101,9 +113,16 @@ class FileWorker:
     sock: socket.socket
     lock: threading.Lock = field(default_factory=threading.Lock)
     broken: bool = False
+    generation: int = -1
+    """The `ProtectedTree.generation` whose protected names it has bound read-only (-1: none)."""
 
     def alive(self) -> bool:
         return not self.broken and not self.process.gone
+
+    def stale(self, tree: ProtectedTree) -> bool:
+        """Whether a protected name appeared, was replaced or went since it started (blocking: a worker
+        thread): its read-only binds are not the ones bash would get now."""
+        return tree.current()[0] != self.generation
 
     def _ask(self, fields: list[bytes], fd: int = -1, seconds: float = ANSWER_SECONDS) -> tuple[list[bytes], list[int]]:
         """Send one request (with `fd` attached) and take its answer: (fields, fds received).
@@ -233,9 +252,11 @@ _workers: OrderedDict[str, FileWorker] = OrderedDict()
 _lock = threading.Lock()
 
 
-async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
+async def worker_for(policy: SandboxPolicy, tree: ProtectedTree | None = None) -> FileWorker | None:
     """The worker of `policy`'s session (started now if it has none or it died), None where the
-    session has no sandbox world to work in.
+    session has no sandbox world to work in. With `tree` (the session's protected names), one it
+    starts has the protected names that exist bound read-only, as each bash command has
+    (`FileWorker.stale` says when they changed since).
 
     Raises:
         ToolError: the session has a world but its worker cannot be started (fail closed: the file
@@ -251,8 +272,11 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
     # The worker's world grants what the file tools may write (`file_write_roots`): bash's roots plus
     # those only the file tools have ($OMEGA_HOME); omega's checks still refuse its protected parts.
     extra = tuple(r for r in policy.file_write_roots if r not in policy.bash_write_roots)
+    generation, binds = -1, list[str]()
+    if tree is not None:
+        generation, binds = await anyio.to_thread.run_sync(functools.partial(tree.current, binds=True))
     try:
-        launch = bash_launch(policy.with_write_roots(extra) if extra else policy, "")
+        launch = bash_launch(policy.with_write_roots(extra) if extra else policy, "", binds)
     except SandboxUnavailableError:
         return None  # bash itself cannot run here: the path checks apply alone, as without a world
     if not launch.zygote:
@@ -270,7 +294,7 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         raise
     finally:
         theirs.close()
-    worker = FileWorker(process, mine)
+    worker = FileWorker(process, mine, generation=generation)
     with _lock:
         current = _workers.get(key)
         if current is not None and current is not known and current.alive():

@@ -121,6 +121,9 @@ class ProtectedTree:
         """The files a repository's config includes (protected like .git/config)."""
         self._again: set[str] = set()
         """Cached directories to list again: a hooksPath directory below them was just learnt."""
+        self.generation = 0
+        """Counts the changes of the protected entries that exist (one added, replaced or gone): a
+        long-lived process bound to `binds()` of an older generation lacks a bind (`current`)."""
         self._lock = threading.Lock()
         self._watcher = Watcher()
         self._first = True
@@ -146,13 +149,34 @@ class ProtectedTree:
         with self._lock:
             undone = self._look()
             run = Run({p: (e.ident, self._chain(p)) for p, e in self._known.items() if e.full})
-            for path, (ident, _) in run.bound.items():
-                if ident[2] != stat.S_IFLNK:
-                    run.binds.append(path)
-                elif self._in_roots(target := os.path.realpath(path)) and os.path.exists(target):
-                    run.binds.append(target)
+            run.binds.extend(self._binds(run.bound))
             self._runs.add(run)
             return run, undone
+
+    def _binds(self, bound: dict[str, tuple[_Ident, tuple[tuple[int, int], ...]]]) -> list[str]:
+        binds: list[str] = []
+        for path, (ident, _) in bound.items():
+            if ident[2] != stat.S_IFLNK:
+                binds.append(path)
+            elif self._in_roots(target := os.path.realpath(path)) and os.path.exists(target):
+                binds.append(target)
+        return binds
+
+    def current(self, *, binds: bool = False) -> tuple[int, list[str]]:
+        """`(generation, the paths to bind read-only)` as of now, for a process that is no bash run
+        (the file tools' worker, which omega's checks keep off protected names, so nothing it does is
+        undone): it counts for no attribution, and a look made here undoes nothing (what changed
+        stays noted for the next bash run's look). `binds=False` skips the list (the check of an
+        existing process). Blocking: a worker thread."""
+        with self._lock:
+            if self._first:
+                self._refresh()
+                self._changed = {}  # as `prime`: what exists at the start is nobody's doing
+            elif self.matcher:
+                self._refresh()
+            if not binds:
+                return self.generation, []
+            return self.generation, self._binds({p: (e.ident, ()) for p, e in self._known.items() if e.full})
 
     def _in_roots(self, path: str) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
@@ -367,6 +391,8 @@ class ProtectedTree:
             if before == after:
                 continue
             self._changed.setdefault(path, self._known.get(path))
+            if (before is not None and before.full) or (after is not None and after.full):
+                self.generation += 1
             if after is None:
                 self._known.pop(path, None)
             else:
