@@ -198,6 +198,32 @@ def test_files_a_repositorys_config_includes_are_protected_like_its_config() -> 
         assert not (attack.ws / "conf" / "later").exists()
 
 
+def test_an_include_and_a_hooks_path_outside_the_work_tree_are_protected_for_the_file_tools_too() -> None:
+    """Named by a repository that is not above them (`../shared/cfg` of `app/`): no walk up from the
+    path finds it; what the tracker learnt from the repository's config does."""
+    with scenario() as attack:
+        marker = attack.place / "marker-elsewhere"
+        setup = (
+            _user_repo("app") + " && mkdir shared && git -C app config include.path ../../shared/cfg"
+            " && git -C app config core.hooksPath ../hooks"
+        )
+        calls: list[tuple[str, dict[str, object]]] = [
+            ("write", {"file_path": "shared/cfg", "content": f"[core]\n\tfsmonitor = touch {marker}\n"}),
+            ("write", {"file_path": "hooks/pre-commit", "content": f"#!/bin/sh\ntouch {marker}-hook\n"}),
+            ("write", {"file_path": "shared/readme.txt", "content": "ordinary"}),
+        ]
+        after = f"cd app && git status --short; {_GIT} commit -q --allow-empty -m two; echo committed=$?"
+        found = _attack(attack, setup, calls, after)
+        results = found["results"]
+        assert isinstance(results, list)
+        for denied in results[:2]:
+            assert denied["error"] and "protected" in denied["text"], denied
+        assert not results[2]["error"], results[2]  # the control: an ordinary file beside it
+        assert "committed=0" in str(found["after"]), found
+        assert _markers(attack) == [], found
+        assert not (attack.ws / "shared" / "cfg").exists()
+
+
 @pytest.mark.parametrize(
     ("name", "content"),
     [

@@ -8,7 +8,8 @@ directory keeps its `config`, `config.worktree` and `hooks/` protected (the name
 the work tree (the directory holding `.git`, or the `gitdir:` file) or, for a bare repository, to the
 git directory itself. The files its config includes (`include.path`, `includeIf.*.path`, relative
 to the including file, and what they include in turn) count as its config: git reads them as if
-they were in it, so `../cfg` in the workspace could set `core.fsmonitor`. The file tools also never
+they were in it, so `../cfg` in the workspace could set `core.fsmonitor`. What `tracker.py` finds
+a repository naming anywhere in the roots it tells `learn`, for the file tools. The file tools also never
 write a file called `HEAD`, so they cannot complete a repository around a `config` they wrote
 first. `tracker.py` uses `is_git_dir` on each directory listing it makes; the file tools ask
 `git_reason` for one path. `core.hooksPath` and the includes are read with git's own parser
@@ -36,6 +37,7 @@ __all__ = [
     "hooks_dir",
     "is_git_dir",
     "is_git_path",
+    "learn",
     "work_tree_hooks",
 ]
 
@@ -52,6 +54,17 @@ _GITDIR_MAX = 4096
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
 _KEYS = r"^(core\.hookspath|include\.path|includeif\..*\.path)$"
 """The keys read from a config file: the hooks directory and the files it includes."""
+
+
+_learnt: dict[str, str] = {}
+"""Paths the trackers found a repository's config naming (`learn`) -> the protected name they count as."""
+
+
+def learn(path: str, name: str) -> None:
+    """Note that a repository in a write root names `path` (a real path) as an included config file
+    (`INCLUDED`) or its hooks directory (`HOOKS_PATH`): `git_reason` refuses it from then on, even
+    where no repository lies above it (`include.path = ../../shared/cfg`). Kept until omega exits."""
+    _learnt[path] = name
 
 
 def is_git_dir(names: Collection[str]) -> bool:
@@ -210,6 +223,11 @@ def git_reason(target: Path, base: Path, enabled: Collection[str]) -> tuple[Path
         return target, REPOSITORY_MARKER
     hooks_on = ".git/hooks" in enabled
     text = str(target)
+    for path, name in list(_learnt.items()):  # named by a repository elsewhere in the roots
+        if name == INCLUDED and text == path and INCLUDED in enabled:
+            return target, INCLUDED
+        if name == HOOKS_PATH and hooks_on and (text == path or text.startswith(path.rstrip("/") + "/")):
+            return Path(path), HOOKS_PATH
     here = str(base)
     for name in parts:
         if name in GIT_DIR_PROTECTED and GIT_DIR_PROTECTED[name] in enabled and is_git_path(here):

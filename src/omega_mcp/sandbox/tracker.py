@@ -33,6 +33,7 @@ from omega_mcp.sandbox.gitdirs import (
     INCLUDED,
     config_includes,
     is_git_dir,
+    learn,
     work_tree_hooks,
 )
 from omega_mcp.sandbox.inotify import OVERFLOW, Watcher
@@ -310,6 +311,7 @@ class ProtectedTree:
         if hooks is None or hooks in self._hooks or not self._in_roots(hooks):
             return
         self._hooks.add(hooks)
+        learn(hooks, HOOKS_PATH)
         parent = os.path.dirname(hooks)
         if parent != path and parent in self._dirs:
             self._again.add(parent)  # listed before the name was known: list it again
@@ -320,6 +322,7 @@ class ProtectedTree:
             if included in self._includes or not self._in_roots(included):
                 continue
             self._includes.add(included)
+            learn(included, INCLUDED)
             parent = os.path.dirname(included)
             if parent != git_dir and parent in self._dirs:
                 self._again.add(parent)  # listed before the name was known: list it again
