@@ -2,6 +2,7 @@
 
 Usage: python bench/bench_file_tools.py [--runs 200] [--rounds 3] [--against SRC ...]
        python bench/bench_file_tools.py --interleaved [--runs 2000]
+       [PYTHONPATH=SRC] python bench/bench_file_tools.py --alternated [--runs 150]
 
 Each measurement is a fresh process (a sandbox-mode Toolbox, one client session, a small workspace)
 that times `--runs` calls of each tool after a warm-up call (the session's world, its bash zygote
@@ -10,7 +11,8 @@ omega_mcp package under SRC (e.g. a checkout of main's `src`), alternating the v
 round so that both see the same machine load; the table gives the median over rounds of each p50
 and p90. `--interleaved` times each file tool's work alone (no Toolbox, no event-loop hop) with and
 without the session's file worker, alternated call by call in one process: on a busy machine that is
-the steadier way to see what the worker adds. Numbers are from one run on one machine: compare
+the steadier way to see what the worker adds. `--alternated` does the same with whole `write` and
+`edit` calls through the Toolbox (every other call given no worker). Numbers are from one run on one machine: compare
 versions within one run only.
 """
 
@@ -126,6 +128,58 @@ async def _interleaved(runs: int) -> None:
         print(f"| {tool} | {cells[0]} | {cells[1]} | {diff:+.3f} |")
 
 
+async def _alternated(runs: int) -> None:
+    """Whole `write` and `edit` calls through the Toolbox with and without the session's file worker,
+    alternated call by call in one process: every other call is given no worker, so it takes the
+    path without a world (omega's process, as the release before the worker wrote every file)."""
+    from omega_mcp.sandbox import fileworker_client
+    from omega_mcp.sandbox.policy import SandboxPolicy
+    from omega_mcp.toolbox import Toolbox
+
+    off = [False]
+    real_for = fileworker_client.worker_for
+    real_started = getattr(fileworker_client, "started", None)  # older versions have none
+
+    async def worker_for(policy: SandboxPolicy, *rest: object) -> object:
+        return None if off[0] else await real_for(policy, *rest)  # type: ignore[arg-type]
+
+    def started(policy: SandboxPolicy) -> object:
+        return None if off[0] or real_started is None else real_started(policy)
+
+    fileworker_client.worker_for = worker_for  # type: ignore[assignment]
+    if real_started is not None:
+        fileworker_client.started = started  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory(prefix="omega-bench-files-") as place:
+        ws = Path(place) / "ws"
+        ws.mkdir()
+        for side in ("here", "world"):
+            (ws / f"edit-{side}.txt").write_text("alpha beta\n")
+        policy = SandboxPolicy(mode="sandbox", home=Path(place) / "home", workspace=ws, tmp_dir=Path("/tmp"))
+        owner = object()
+        times: dict[str, tuple[list[float], list[float]]] = {"write": ([], []), "edit": ([], [])}
+        async with Toolbox(policy) as box:
+            await box.call_tool("write", {"file_path": "warm.txt", "content": "x"}, owner=owner)
+            for i in range(runs):
+                old, new = ("beta", "gamma") if i % 2 == 0 else ("gamma", "beta")
+                for index, side in enumerate(("here", "world")):
+                    off[0] = side == "here"
+                    calls = {
+                        "write": {"file_path": f"out-{side}.txt", "content": f"content {i}\n"},
+                        "edit": {"file_path": f"edit-{side}.txt", "old_string": old, "new_string": new},
+                    }
+                    for tool, args in calls.items():
+                        start = time.perf_counter()
+                        result = await box.call_tool(tool, args, owner=owner)
+                        times[tool][index].append((time.perf_counter() - start) * 1000)
+                        if result.is_error:
+                            raise SystemExit(f"{tool} failed: {result.content}")
+    print(f"whole calls, {runs} each way, alternated (ms, p50 / p90)\n")
+    print("| tool | omega's process | the session's world | p50 difference |\n|---|---|---|---|")
+    for tool, (here, world) in times.items():
+        cells = [f"{statistics.median(v):.3f} / {statistics.quantiles(v, n=10)[-1]:.3f}" for v in (here, world)]
+        print(f"| {tool} | {cells[0]} | {cells[1]} | {statistics.median(world) - statistics.median(here):+.3f} |")
+
+
 def _one(runs: int) -> None:
     import anyio
 
@@ -164,7 +218,15 @@ def main() -> None:
         action="store_true",
         help="read, write and edit with and without the file worker, alternated in one process",
     )
+    parser.add_argument(
+        "--alternated", action="store_true", help="whole write/edit calls with and without the worker, alternated"
+    )
     args = parser.parse_args()
+    if args.alternated:
+        import anyio
+
+        anyio.run(_alternated, args.runs)
+        return
     if args.interleaved:
         import anyio
 
