@@ -204,3 +204,15 @@ async def test_the_worker_gets_the_protected_names_read_only_also_one_made_after
     finally:
         tree.close()
         await anyio.to_thread.run_sync(worlds.close, owner)
+
+
+def test_the_worker_runs_on_the_base_interpreter_where_omegas_own_is_below_the_sessions_tmp(tmp_path: Path) -> None:
+    """A venv made with copies under /tmp has its own binary there, which the world's private /tmp
+    covers (tests/test_install.py runs the real layout); a venv's link elsewhere resolves as before."""
+    own = os.path.realpath(sys.executable)
+    base = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    covered = SandboxPolicy(mode="sandbox", home=home, workspace=ws, tmp_dir=Path(own).parent)
+    assert fileworker_client.interpreter(covered) == base
+    elsewhere = SandboxPolicy(mode="sandbox", home=home, workspace=ws, tmp_dir=tmp_path / "tmp")
+    assert fileworker_client.interpreter(elsewhere) == own

@@ -46,6 +46,7 @@ __all__ = [
     "WorkerGoneError",
     "discard",
     "forget",
+    "interpreter",
     "running",
     "started",
     "worker_for",
@@ -56,7 +57,7 @@ ANSWER_SECONDS = 10.0
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
 
 
-def _interpreter(policy: SandboxPolicy) -> str:
+def interpreter(policy: SandboxPolicy) -> str:
     """The interpreter the worker runs on: the one running omega, resolved (a venv's link leads to its
     base), unless that lies where the world does not show it: a venv made with copies
     (`venv.EnvBuilder()`'s default, `python -m venv --copies`) has a binary of its own, which under
@@ -76,10 +77,10 @@ def _source() -> str:
 
 
 def _worker_argv(policy: SandboxPolicy) -> tuple[str, ...]:
-    """The worker's command line: an interpreter the world shows (`_interpreter`) running the module's
+    """The worker's command line: an interpreter the world shows (`interpreter`) running the module's
     source given on the command line, so nothing is looked up by path inside the world, where omega's
     own install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
-    return (_interpreter(policy), "-I", "-S", "-c", _source())
+    return (interpreter(policy), "-I", "-S", "-c", _source())
 
 
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
