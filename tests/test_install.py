@@ -10,23 +10,34 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
+import shutil
 import subprocess
 import sys
+import uuid
 import venv
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from unprivileged_support import unprivileged
 
 REPO = Path(__file__).parents[1]
 
 pytestmark = pytest.mark.timeout(900)
 
 
-def _run(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    *argv: str | Path, cwd: Path, env: dict[str, str] | None = None, user: pwd.struct_passwd | None = None
+) -> subprocess.CompletedProcess[str]:
+    account: dict[str, Any] = {}
+    if user is not None:
+        account = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
     return subprocess.run(
-        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False, **account
     )
 
 
@@ -103,6 +114,11 @@ def test_tools_cannot_plant_code_in_omegas_own_venv_under_tmp(tmp_path: Path) ->
         return _run("omega-mcp", *args, "--workspace", tmp_path / "ws", cwd=tmp_path, env=env)
 
     (tmp_path / "ws").mkdir()
+    # The control: the file tools work in the workspace, from this install, under this 0700 /tmp dir.
+    ok = omega("call", "write", json.dumps({"file_path": str(tmp_path / "ws" / "ok.txt"), "content": "fine\n"}))
+    assert ok.returncode == 0 and "(created)" in ok.stdout, ok.stdout + ok.stderr
+    read = omega("call", "read", json.dumps({"file_path": str(tmp_path / "ws" / "ok.txt")}))
+    assert read.returncode == 0 and "fine" in read.stdout, read.stdout + read.stderr
     write = omega("call", "write", json.dumps({"file_path": str(site / "evil.pth"), "content": payload}))
     assert write.returncode == 1 and "never writable" in write.stdout, write.stdout + write.stderr
     script = f"printf %s {shlex.quote(payload)} > {shlex.quote(str(site / 'evil.pth'))}; echo rc=$?"
@@ -113,3 +129,54 @@ def test_tools_cannot_plant_code_in_omegas_own_venv_under_tmp(tmp_path: Path) ->
     assert not (site / "evil.pth").exists()
     assert _run("omega-mcp", "--version", cwd=tmp_path, env=env).returncode == 0
     assert not marker.exists()
+
+
+def test_the_file_tools_work_from_a_venv_with_copies_under_tmp_as_an_unprivileged_user() -> None:
+    """The layout above (a venv of copies, HOME, OMEGA_HOME and the workspace in one 0700 directory
+    under /tmp, a minimal env) as a user runs it: an account of its own (made when we are root)."""
+    user = unprivileged()
+    place = Path("/tmp") / f"omega-install-{uuid.uuid4().hex[:12]}"
+    place.mkdir(mode=0o700)
+    try:
+        built = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", place / "wheels", REPO, cwd=place)
+        assert built.returncode == 0, built.stderr
+        (wheel,) = (place / "wheels").glob("omega_mcp-*.whl")
+        if user is not None:
+            for path in (place, place / "wheels", wheel):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        env = {
+            "PATH": f"{place / 'venv' / 'bin'}{os.pathsep}/usr/bin:/bin",
+            "HOME": str(place / "home"),
+            "OMEGA_HOME": str(place / "omega-home"),
+        }
+        # The account's own interpreter: a system one (this checkout's may live where only root may enter).
+        system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or "python3"
+        check = "import sys, venv; assert sys.version_info >= (3, 11)"
+        usable = _run(system, "-c", check, cwd=place, env=env, user=user)
+        if usable.returncode != 0:
+            pytest.skip(f"no Python 3.11+ in /usr/local/bin, /usr/bin or /bin for the account: {usable.stderr[-200:]}")
+        made = _run(system, "-m", "venv", "--copies", place / "venv", cwd=place, env=env, user=user)
+        assert made.returncode == 0, made.stderr
+        pip = (place / "venv" / "bin" / "pip", "install", "-q", "--disable-pip-version-check", wheel)
+        installed = _run(*pip, cwd=place, env=env, user=user)
+        assert installed.returncode == 0, installed.stderr
+        for sub in ("home", "ws"):
+            (place / sub).mkdir()
+            if user is not None:
+                os.chown(place / sub, user.pw_uid, user.pw_gid)
+
+        def call(tool: str, args: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            argv = ("omega-mcp", "call", tool, json.dumps(args), "--workspace", place / "ws")
+            return _run(*argv, cwd=place, env=env, user=user)
+
+        ok = call("write", {"file_path": str(place / "ws" / "ok.txt"), "content": "fine\n"})
+        assert ok.returncode == 0 and "(created)" in ok.stdout, ok.stdout + ok.stderr
+        read = call("read", {"file_path": str(place / "ws" / "ok.txt")})
+        assert read.returncode == 0 and "fine" in read.stdout, read.stdout + read.stderr
+        edit = call("edit", {"file_path": str(place / "ws" / "ok.txt"), "old_string": "fine", "new_string": "good"})
+        assert edit.returncode == 0 and (place / "ws" / "ok.txt").read_text() == "good\n", edit.stdout + edit.stderr
+        (site,) = (place / "venv" / "lib").glob("python3*/site-packages")
+        planted = call("write", {"file_path": str(site / "evil.pth"), "content": "import os\n"})
+        assert planted.returncode == 1 and "never writable" in planted.stdout, planted.stdout + planted.stderr
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

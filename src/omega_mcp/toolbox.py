@@ -393,11 +393,11 @@ class Toolbox(AsyncContextManagerMixin):
             case BashArgs():
                 return await _bash.run_bash(policy, args, self._shells, owner=owner, tree=tree)
             case ReadArgs():
-                return await _read.read_file(policy, args)
+                return await _read.read_file(policy, args, tree=tree)
             case WriteArgs():
-                return await _write.write_file(policy, args, approve=approve, grants=self.grants)
+                return await _write.write_file(policy, args, approve=approve, grants=self.grants, tree=tree)
             case EditArgs():
-                return await _write.edit_file(policy, args, approve=approve, grants=self.grants)
+                return await _write.edit_file(policy, args, approve=approve, grants=self.grants, tree=tree)
             case BashOutputArgs():
                 return await self._shells.output(args.shell_id, owner=owner, tree=tree)
             case KillShellArgs():

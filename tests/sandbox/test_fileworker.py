@@ -168,3 +168,51 @@ async def test_session_less_reads_share_one_world_instead_of_starting_a_worker_e
         started = _workers_running() - before
     # One live worker: the reads share one world (a world per read discards each worker after its call).
     assert len(started) == 1, f"{len(started)} file workers for three session-less reads"
+
+
+async def test_the_worker_gets_the_protected_names_read_only_also_one_made_after_it_started(tmp_path: Path) -> None:
+    """As each bash command does (`tracker.py`): omega's own checks refuse protected names before the
+    worker is asked; the kernel must refuse them to the worker as well, whenever the name appeared."""
+    from omega_mcp.builtin.schemas import WriteArgs
+    from omega_mcp.builtin.write import write_file
+    from omega_mcp.sandbox.tracker import ProtectedTree
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    worlds = Worlds(SandboxPolicy(mode="sandbox", home=tmp_path / "home", workspace=workspace, tmp_dir=Path("/tmp")))
+    owner = object()
+    policy = worlds.policy_for(owner)
+    assert policy.private_tmp is not None
+    tree = ProtectedTree([workspace], policy.protected_names, policy.quarantine_dir)
+    try:
+        first = await write_file(policy, WriteArgs(file_path="ok.txt", content="one"), tree=tree)
+        assert not first.is_error, _text(first)
+        assert fileworker_client.running(policy.private_tmp) is not None
+        (workspace / ".mcp.json").write_text("{}")  # the user's, made after the worker started
+        again = await write_file(policy, WriteArgs(file_path="ok.txt", content="two"), tree=tree)
+        assert not again.is_error and (workspace / "ok.txt").read_text() == "two", _text(again)
+        worker = fileworker_client.running(policy.private_tmp)
+        assert worker is not None
+
+        def plant() -> None:
+            worker.replace(workspace / ".mcp.json", workspace, b'{"mcpServers": {}}', create=False, expect=None)
+
+        with pytest.raises(OSError):  # past omega's checks: the world itself refuses (a read-only bind)
+            await anyio.to_thread.run_sync(plant)
+        assert (workspace / ".mcp.json").read_text() == "{}"
+        assert sorted(p.name for p in workspace.iterdir()) == [".mcp.json", "ok.txt"]  # no temp file left
+    finally:
+        tree.close()
+        await anyio.to_thread.run_sync(worlds.close, owner)
+
+
+def test_the_worker_runs_on_the_base_interpreter_where_omegas_own_is_below_the_sessions_tmp(tmp_path: Path) -> None:
+    """A venv made with copies under /tmp has its own binary there, which the world's private /tmp
+    covers (tests/test_install.py runs the real layout); a venv's link elsewhere resolves as before."""
+    own = os.path.realpath(sys.executable)
+    base = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    covered = SandboxPolicy(mode="sandbox", home=home, workspace=ws, tmp_dir=Path(own).parent)
+    assert fileworker_client.interpreter(covered) == base
+    elsewhere = SandboxPolicy(mode="sandbox", home=home, workspace=ws, tmp_dir=tmp_path / "tmp")
+    assert fileworker_client.interpreter(elsewhere) == own

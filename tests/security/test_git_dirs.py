@@ -165,6 +165,65 @@ def test_a_submodule_git_directory_and_a_nested_repository_behind_a_gitdir_file_
         assert _markers(attack) == [], found
 
 
+def test_files_a_repositorys_config_includes_are_protected_like_its_config() -> None:
+    """`include.path = ../cfg` (and `includeIf`) make a workspace file part of the config: git status
+    would run a `core.fsmonitor` the model put there. The control: the user's own included setting holds."""
+    with scenario() as attack:
+        marker = attack.place / "marker-include"
+        setup = (
+            _user_repo()
+            + " && printf '[user]\\n\\tname = from-cfg\\n' > cfg && git config include.path ../cfg"
+            + " && git config 'includeIf.gitdir:/.path' ../conf/later && mkdir conf"
+        )
+        evil = f"[core]\n\tfsmonitor = touch {marker}\n"
+        calls: list[tuple[str, dict[str, object]]] = [
+            ("bash", {"command": f"printf '{evil}' >> cfg; echo rc1=$?; printf '{evil}' > conf/later; echo made"}),
+            ("write", {"file_path": "cfg", "content": evil}),
+            ("edit", {"file_path": "cfg", "old_string": "from-cfg", "new_string": "x"}),
+            ("write", {"file_path": "conf/later", "content": evil}),
+            ("write", {"file_path": "conf/ordinary.txt", "content": "ordinary"}),
+        ]
+        after = "git status --short; echo status=$?; git config user.name"
+        found = _attack(attack, setup, calls, after)
+        results = found["results"]
+        assert isinstance(results, list)
+        text = results[0]["text"]
+        assert "made" in text and "rc1=0" not in text, text
+        assert "undone" in text and "conf/later" in text, text  # made anyway: moved to the quarantine
+        for denied in results[1:4]:
+            assert denied["error"] and "protected" in denied["text"], denied
+        assert not results[4]["error"], results[4]  # the control: an ordinary file beside them
+        assert "status=0" in str(found["after"]) and "from-cfg" in str(found["after"]), found
+        assert _markers(attack) == [], found
+        assert not (attack.ws / "conf" / "later").exists()
+
+
+def test_an_include_and_a_hooks_path_outside_the_work_tree_are_protected_for_the_file_tools_too() -> None:
+    """Named by a repository that is not above them (`../shared/cfg` of `app/`): no walk up from the
+    path finds it; what the tracker learnt from the repository's config does."""
+    with scenario() as attack:
+        marker = attack.place / "marker-elsewhere"
+        setup = (
+            _user_repo("app") + " && mkdir shared && git -C app config include.path ../../shared/cfg"
+            " && git -C app config core.hooksPath ../hooks"
+        )
+        calls: list[tuple[str, dict[str, object]]] = [
+            ("write", {"file_path": "shared/cfg", "content": f"[core]\n\tfsmonitor = touch {marker}\n"}),
+            ("write", {"file_path": "hooks/pre-commit", "content": f"#!/bin/sh\ntouch {marker}-hook\n"}),
+            ("write", {"file_path": "shared/readme.txt", "content": "ordinary"}),
+        ]
+        after = f"cd app && git status --short; {_GIT} commit -q --allow-empty -m two; echo committed=$?"
+        found = _attack(attack, setup, calls, after)
+        results = found["results"]
+        assert isinstance(results, list)
+        for denied in results[:2]:
+            assert denied["error"] and "protected" in denied["text"], denied
+        assert not results[2]["error"], results[2]  # the control: an ordinary file beside it
+        assert "committed=0" in str(found["after"]), found
+        assert _markers(attack) == [], found
+        assert not (attack.ws / "shared" / "cfg").exists()
+
+
 @pytest.mark.parametrize(
     ("name", "content"),
     [

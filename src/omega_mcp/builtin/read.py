@@ -31,6 +31,7 @@ from omega_mcp.sandbox import fileworker_client
 from omega_mcp.sandbox.fileworker_client import FileWorker, WorkerGoneError
 from omega_mcp.sandbox.paths import describe_os_error, open_readable, resolve_path
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.tracker import ProtectedTree
 
 __all__ = ["read_file"]
 
@@ -297,15 +298,18 @@ def _read_sync(policy: SandboxPolicy, args: ReadArgs, worker: FileWorker | None)
         os.close(fd)
 
 
-async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
+async def read_file(
+    policy: SandboxPolicy, args: ReadArgs, *, tree: ProtectedTree | None = None
+) -> types.CallToolResult:
     """The `read` tool: numbered lines (`cat -n` style) of a text file, an image as image content.
+    `tree`: the write roots' protected names, bound read-only in a file worker started for it.
 
     Raises:
         PathDeniedError: an environ file, the token, omega's state or a hidden secret (`[sandbox] hide`).
         ToolError: missing, not a regular file, another binary file, an image too large, I/O error.
     """
     try:
-        return await _read_in_world(policy, args)
+        return await _read_in_world(policy, args, tree)
     except ToolError as exc:
         message = str(exc)
         if visible_controls(message) != message:  # a file name with control characters in it
@@ -313,12 +317,13 @@ async def read_file(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResu
         raise
 
 
-async def _read_in_world(policy: SandboxPolicy, args: ReadArgs) -> types.CallToolResult:
+async def _read_in_world(policy: SandboxPolicy, args: ReadArgs, tree: ProtectedTree | None) -> types.CallToolResult:
     """Through the session's file worker where it has a sandbox world (a worker that died is replaced
-    once), else with the path checks alone."""
+    once), else with the path checks alone. A worker started here gets `tree`'s read-only binds, so a
+    write after the read needs no other one."""
     why = ""
     for _ in range(2):
-        worker = await fileworker_client.worker_for(policy)
+        worker = await fileworker_client.worker_for(policy, tree)
         try:
             return await anyio.to_thread.run_sync(_read_sync, policy, args, worker)
         except WorkerGoneError as exc:

@@ -38,7 +38,7 @@ from omega_mcp.errors import InvalidArgumentsError, PathDeniedError, ToolError
 from omega_mcp.results import text_result
 from omega_mcp.sandbox import fileworker_client
 from omega_mcp.sandbox.approvals import Approver, Grants, with_approval
-from omega_mcp.sandbox.fileworker_client import FileWorker, WorkerGoneError
+from omega_mcp.sandbox.fileworker_client import FileWorker, StaleWorkerError, WorkerGoneError
 from omega_mcp.sandbox.paths import (
     DEV_NULL,
     ParentDir,
@@ -51,6 +51,7 @@ from omega_mcp.sandbox.paths import (
     resolve_path,
 )
 from omega_mcp.sandbox.policy import SandboxPolicy
+from omega_mcp.sandbox.tracker import ProtectedTree
 
 __all__ = ["edit_file", "write_file"]
 
@@ -59,6 +60,7 @@ _CHUNK_BYTES = 256 * 1024  # edit reads the file in chunks of this size
 _BOM = b"\xef\xbb\xbf"
 _LOCK_SECONDS = 60.0  # a write or edit of the same file ahead of this one is bounded I/O
 _EDIT_TRIES = 5
+_STALE_TRIES = 3  # workers started for one write when protected names keep changing meanwhile
 
 
 def _lstat(parent: ParentDir) -> os.stat_result | None:
@@ -257,13 +259,20 @@ def _edit_world(policy: SandboxPolicy, path: Path, args: EditArgs, worker: FileW
 
 
 def _in_world(
-    policy: SandboxPolicy, worker: FileWorker | None, grants: Grants | None, world: Callable[[FileWorker], str],
-    here: Callable[[Grants | None], str],
+    policy: SandboxPolicy, worker: FileWorker | None, grants: Grants | None, *, tree: ProtectedTree | None,
+    world: Callable[[FileWorker], str], here: Callable[[Grants | None], str],
 ) -> str:  # fmt: skip
     """`world(worker)` where the session has a world, else `here(grants)` (omega's process). A path outside
-    every root goes `here` when it may be approved: the one write made outside the world."""
+    every root goes `here` when it may be approved: the one write made outside the world.
+
+    Raises:
+        StaleWorkerError: a protected name appeared (or changed) since the worker started: it lacks
+            that read-only bind; nothing was done.
+    """
     if worker is None:
         return here(grants)
+    if tree is not None and worker.stale(tree):
+        raise StaleWorkerError
     try:
         return world(worker)
     except PathDeniedError as exc:
@@ -280,36 +289,61 @@ async def _run(
     *,
     approve: Approver | None,
     grants: Grants | None,
+    tree: ProtectedTree | None,
 ) -> types.CallToolResult:
-    worker = None
-    if path != DEV_NULL:
+    for _ in range(_STALE_TRIES):
+        worker = await _worker(policy, path, tree)
         try:
-            await anyio.to_thread.run_sync(precheck_write, policy, path)
-        except PathDeniedError as exc:
-            if not exc.askable:
-                raise
-            # Outside every root: denied, or written from omega's process once the user approves (the
-            # one write made outside the world): no worker is started for it.
-        else:
-            worker = await fileworker_client.worker_for(policy)
-    try:
-        attempt = partial(_in_world, policy, worker, world=world, here=here)
-        return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
-    except WorkerGoneError as exc:
-        if worker is not None:
-            fileworker_client.discard(worker)
-        raise ToolError(
-            f"the sandbox's file worker for this session stopped ({exc}); {path} may or may not have been "
-            "changed: read it, then try again"
-        ) from None
+            attempt = partial(_in_world, policy, worker, tree=tree, world=world, here=here)
+            return text_result(await with_approval(policy, path, attempt, approve=approve, grants=grants))
+        except StaleWorkerError:
+            if worker is not None:
+                fileworker_client.discard(worker)  # the next one gets the protected names as they are now
+        except WorkerGoneError as exc:
+            if worker is not None:
+                fileworker_client.discard(worker)
+            raise ToolError(
+                f"the sandbox's file worker for this session stopped ({exc}); {path} may or may not have been "
+                "changed: read it, then try again"
+            ) from None
+    raise ToolError(
+        f"the protected names in this session's write roots kept changing while {path} was to be written "
+        f"({_STALE_TRIES} tries); nothing was written, try again"
+    )
+
+
+async def _worker(policy: SandboxPolicy, path: Path, tree: ProtectedTree | None) -> FileWorker | None:
+    """The session's worker for a write of `path`, or None (no world, /dev/null, or outside every root)."""
+    if path == DEV_NULL:
+        return None
+    if (worker := fileworker_client.started(policy)) is not None:
+        # Running: the world's attempt makes the refusals below (`check_world_write`) in its thread:
+        # no extra hop to a thread and back for each write and edit.
+        return worker
+    try:  # no worker yet: refuse what needs no file system first, so a denied path starts none
+        await anyio.to_thread.run_sync(precheck_write, policy, path)
+    except PathDeniedError as exc:
+        if not exc.askable:
+            raise
+        # Outside every root: denied, or written from omega's process once the user approves (the
+        # one write made outside the world): no worker is started for it.
+        return None
+    return await fileworker_client.worker_for(policy, tree)
 
 
 async def write_file(
-    policy: SandboxPolicy, args: WriteArgs, *, approve: Approver | None = None, grants: Grants | None = None
+    policy: SandboxPolicy,
+    args: WriteArgs,
+    *,
+    approve: Approver | None = None,
+    grants: Grants | None = None,
+    tree: ProtectedTree | None = None,
 ) -> types.CallToolResult:
     """The `write` tool: create or atomically replace a file (parents created, mode kept).
 
     With `on_denied = "ask"`, `approve` and `grants`, a path outside the roots is put to the user once.
+    With `tree` (the protected names of the write roots), the session's worker has those that exist
+    bound read-only, as bash has.
 
     Raises:
         PathDeniedError: outside the write roots or on the blocklist. ToolError: not a regular file, I/O error.
@@ -326,7 +360,8 @@ async def write_file(
             f"content is not valid Unicode (a lone surrogate at index {exc.start}); nothing was written"
         ) from None
     world = partial(_write_world, policy, path, data)
-    return await _run(policy, path, world, partial(_write_sync, policy, path, data), approve=approve, grants=grants)
+    here = partial(_write_sync, policy, path, data)
+    return await _run(policy, path, world, here, approve=approve, grants=grants, tree=tree)
 
 
 def _uses_crlf(text: str) -> bool:
@@ -463,7 +498,12 @@ def _edit_sync(policy: SandboxPolicy, path: Path, args: EditArgs, grants: Grants
 
 
 async def edit_file(
-    policy: SandboxPolicy, args: EditArgs, *, approve: Approver | None = None, grants: Grants | None = None
+    policy: SandboxPolicy,
+    args: EditArgs,
+    *,
+    approve: Approver | None = None,
+    grants: Grants | None = None,
+    tree: ProtectedTree | None = None,
 ) -> types.CallToolResult:
     """The `edit` tool: replace the first (or every) literal occurrence of old_string, atomically.
 
@@ -479,4 +519,5 @@ async def edit_file(
         raise InvalidArgumentsError("old_string and new_string are identical; nothing to change")
     path = resolve_path(policy, args.file_path)
     world = partial(_edit_world, policy, path, args)
-    return await _run(policy, path, world, partial(_edit_sync, policy, path, args), approve=approve, grants=grants)
+    here = partial(_edit_sync, policy, path, args)
+    return await _run(policy, path, world, here, approve=approve, grants=grants, tree=tree)

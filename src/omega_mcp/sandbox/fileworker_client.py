@@ -24,22 +24,31 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
-from omega_mcp.sandbox import zygote_client
+from omega_mcp.sandbox import mountplan, zygote_client
 from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
+
+if TYPE_CHECKING:
+    from omega_mcp.sandbox.tracker import ProtectedTree
 
 __all__ = [
     "ANSWER_SECONDS",
     "MAX_WORKERS",
     "FileWorker",
     "Replaced",
+    "StaleWorkerError",
     "WorkerGoneError",
     "discard",
     "forget",
+    "interpreter",
     "running",
+    "started",
     "worker_for",
 ]
 
@@ -48,13 +57,30 @@ ANSWER_SECONDS = 10.0
 _WORKER = Path(__file__).parent / "child" / "fileworker.py"
 
 
+def interpreter(policy: SandboxPolicy) -> str:
+    """The interpreter the worker runs on: the one running omega, resolved (a venv's link leads to its
+    base), unless that lies where the world does not show it: a venv made with copies
+    (`venv.EnvBuilder()`'s default, `python -m venv --copies`) has a binary of its own, which under
+    /tmp lies below the session's private /tmp, and hidden paths are covered. Then the base
+    installation's (a venv's `home`): the worker needs the standard library only, which the base has."""
+    own = os.path.realpath(sys.executable)
+    unseen = (mountplan.real_own(policy.tmp_dir), *(mountplan.real_own(p) for p in policy.hidden))
+    if not any(mountplan.within(Path(own), place) for place in unseen):
+        return own
+    base: str = getattr(sys, "_base_executable", "") or sys.executable
+    return os.path.realpath(base)
+
+
 @functools.cache
-def _worker_argv() -> tuple[str, ...]:
-    """The worker's command line: the real interpreter (not a venv's link to it) running the module's
+def _source() -> str:
+    return _WORKER.read_text(encoding="utf-8") + "\nraise SystemExit(main())\n"
+
+
+def _worker_argv(policy: SandboxPolicy) -> tuple[str, ...]:
+    """The worker's command line: an interpreter the world shows (`interpreter`) running the module's
     source given on the command line, so nothing is looked up by path inside the world, where omega's
     own install may be hidden (a venv under /tmp lies below the session's private /tmp)."""
-    source = _WORKER.read_text(encoding="utf-8")
-    return (os.path.realpath(sys.executable), "-I", "-S", "-c", f"{source}\nraise SystemExit(main())\n")
+    return (interpreter(policy), "-I", "-S", "-c", _source())
 
 
 _FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
@@ -75,6 +101,11 @@ class WorkerGoneError(Exception):
     """The worker died or did not answer in time: it is replaced on the next `worker_for`."""
 
 
+class StaleWorkerError(Exception):
+    """The worker's read-only binds are older than the protected names (`FileWorker.stale`): nothing
+    was done; discard it and ask `worker_for` with the tree again."""
+
+
 @dataclass(eq=False)
 class FileWorker:
     """One session's worker: its process (a zygote command) and the socket omega asks it on."""
@@ -83,9 +114,16 @@ class FileWorker:
     sock: socket.socket
     lock: threading.Lock = field(default_factory=threading.Lock)
     broken: bool = False
+    generation: int = -1
+    """The `ProtectedTree.generation` whose protected names it has bound read-only (-1: none)."""
 
     def alive(self) -> bool:
         return not self.broken and not self.process.gone
+
+    def stale(self, tree: ProtectedTree) -> bool:
+        """Whether a protected name appeared, was replaced or went since it started (blocking: a worker
+        thread): its read-only binds are not the ones bash would get now."""
+        return tree.current()[0] != self.generation
 
     def _ask(self, fields: list[bytes], fd: int = -1, seconds: float = ANSWER_SECONDS) -> tuple[list[bytes], list[int]]:
         """Send one request (with `fd` attached) and take its answer: (fields, fds received).
@@ -215,9 +253,11 @@ _workers: OrderedDict[str, FileWorker] = OrderedDict()
 _lock = threading.Lock()
 
 
-async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
+async def worker_for(policy: SandboxPolicy, tree: ProtectedTree | None = None) -> FileWorker | None:
     """The worker of `policy`'s session (started now if it has none or it died), None where the
-    session has no sandbox world to work in.
+    session has no sandbox world to work in. With `tree` (the session's protected names), one it
+    starts has the protected names that exist bound read-only, as each bash command has
+    (`FileWorker.stale` says when they changed since).
 
     Raises:
         ToolError: the session has a world but its worker cannot be started (fail closed: the file
@@ -228,21 +268,21 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         return None
     key = str(tmp)
     known = _workers.get(key)
-    if known is not None and known.alive():
-        with _lock:
-            if key in _workers:
-                _workers.move_to_end(key)
-        return known
+    if (live := started(policy)) is not None:
+        return live
     # The worker's world grants what the file tools may write (`file_write_roots`): bash's roots plus
     # those only the file tools have ($OMEGA_HOME); omega's checks still refuse its protected parts.
     extra = tuple(r for r in policy.file_write_roots if r not in policy.bash_write_roots)
+    generation, binds = -1, list[str]()
+    if tree is not None:
+        generation, binds = await anyio.to_thread.run_sync(functools.partial(tree.current, binds=True))
     try:
-        launch = bash_launch(policy.with_write_roots(extra) if extra else policy, "")
+        launch = bash_launch(policy.with_write_roots(extra) if extra else policy, "", binds)
     except SandboxUnavailableError:
         return None  # bash itself cannot run here: the path checks apply alone, as without a world
     if not launch.zygote:
         return None
-    program = _worker_argv()
+    program = _worker_argv(policy)
     launch = dataclasses.replace(launch, program=program, env={"PATH": "/usr/bin:/bin"})
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -255,7 +295,7 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         raise
     finally:
         theirs.close()
-    worker = FileWorker(process, mine)
+    worker = FileWorker(process, mine, generation=generation)
     with _lock:
         current = _workers.get(key)
         if current is not None and current is not known and current.alive():
@@ -267,6 +307,21 @@ async def worker_for(policy: SandboxPolicy) -> FileWorker | None:
         if old is not None:
             old.close()
     return worker
+
+
+def started(policy: SandboxPolicy) -> FileWorker | None:
+    """The live worker of `policy`'s session if one runs (marked as just used), else None; never starts one."""
+    tmp = policy.private_tmp
+    if tmp is None or policy.mode == "rwx":
+        return None
+    key = str(tmp)
+    known = _workers.get(key)
+    if known is None or not known.alive():
+        return None
+    with _lock:
+        if key in _workers:
+            _workers.move_to_end(key)
+    return known
 
 
 def discard(worker: FileWorker) -> None:

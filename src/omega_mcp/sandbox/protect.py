@@ -56,6 +56,7 @@ class Matcher:
         components = {c for p in self._patterns for c in p}
         self._globs = tuple(c for c in components if any(ch in c for ch in "*?["))
         self._literals = frozenset(components.difference(self._globs))
+        self._glob = re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in self._globs)) if self._globs else None
 
     def __bool__(self) -> bool:
         return bool(self._patterns)
@@ -90,7 +91,7 @@ class Matcher:
 
     def relevant(self, name: str) -> bool:
         """Whether an entry called `name` could be (part of) a protected name: a cheap pre-test for `entry`."""
-        return name in self._literals or any(fnmatch.fnmatchcase(name, glob) for glob in self._globs)
+        return name in self._literals or (self._glob is not None and self._glob.match(name) is not None)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,7 +1,8 @@
 """Protected names in the write roots, tracked across bash calls: what to bind, and what to undo.
 
 `ProtectedTree` knows every protected entry (`protect.Matcher`, and each git directory's config and
-hooks found by what the directory is, plus its core.hooksPath directory: `gitdirs.py`) at any depth
+hooks found by what the directory is, plus its core.hooksPath directory and the files its config
+includes: `gitdirs.py`) at any depth
 of bash's write roots (the workspace and `write_roots`; the private /tmp and `$OMEGA_HOME/scratch`
 are bash's own and run nothing outside). Directories are looked at again only when they changed: inotify says which
 (`inotify.py`); a directory it cannot watch is compared by mtime. A bash run `begin`s (the existing
@@ -26,7 +27,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omega_mcp.sandbox.gitdirs import GIT_DIR_PROTECTED, HOOKS_PATH, is_git_dir, work_tree_hooks
+from omega_mcp.sandbox.gitdirs import (
+    GIT_DIR_PROTECTED,
+    HOOKS_PATH,
+    INCLUDED,
+    config_includes,
+    is_git_dir,
+    learn,
+    work_tree_hooks,
+)
 from omega_mcp.sandbox.inotify import OVERFLOW, Watcher
 from omega_mcp.sandbox.protect import Matcher, git_config_problem, hooks_problem
 
@@ -109,8 +118,13 @@ class ProtectedTree:
         """The entries of a git directory found by content (`gitdirs.is_git_dir`) that are protected."""
         self._hooks: set[str] = set()
         """The directories a repository's core.hooksPath names (protected like .git/hooks)."""
+        self._includes: set[str] = set()
+        """The files a repository's config includes (protected like .git/config)."""
         self._again: set[str] = set()
         """Cached directories to list again: a hooksPath directory below them was just learnt."""
+        self.generation = 0
+        """Counts the changes of the protected entries that exist (one added, replaced or gone): a
+        long-lived process bound to `binds()` of an older generation lacks a bind (`current`)."""
         self._lock = threading.Lock()
         self._watcher = Watcher()
         self._first = True
@@ -136,13 +150,34 @@ class ProtectedTree:
         with self._lock:
             undone = self._look()
             run = Run({p: (e.ident, self._chain(p)) for p, e in self._known.items() if e.full})
-            for path, (ident, _) in run.bound.items():
-                if ident[2] != stat.S_IFLNK:
-                    run.binds.append(path)
-                elif self._in_roots(target := os.path.realpath(path)) and os.path.exists(target):
-                    run.binds.append(target)
+            run.binds.extend(self._binds(run.bound))
             self._runs.add(run)
             return run, undone
+
+    def _binds(self, bound: dict[str, tuple[_Ident, tuple[tuple[int, int], ...]]]) -> list[str]:
+        binds: list[str] = []
+        for path, (ident, _) in bound.items():
+            if ident[2] != stat.S_IFLNK:
+                binds.append(path)
+            elif self._in_roots(target := os.path.realpath(path)) and os.path.exists(target):
+                binds.append(target)
+        return binds
+
+    def current(self, *, binds: bool = False) -> tuple[int, list[str]]:
+        """`(generation, the paths to bind read-only)` as of now, for a process that is no bash run
+        (the file tools' worker, which omega's checks keep off protected names, so nothing it does is
+        undone): it counts for no attribution, and a look made here undoes nothing (what changed
+        stays noted for the next bash run's look). `binds=False` skips the list (the check of an
+        existing process). Blocking: a worker thread."""
+        with self._lock:
+            if self._first:
+                self._refresh()
+                self._changed = {}  # as `prime`: what exists at the start is nobody's doing
+            elif self.matcher:
+                self._refresh()
+            if not binds:
+                return self.generation, []
+            return self.generation, self._binds({p: (e.ident, ()) for p, e in self._known.items() if e.full})
 
     def _in_roots(self, path: str) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
@@ -276,9 +311,21 @@ class ProtectedTree:
         if hooks is None or hooks in self._hooks or not self._in_roots(hooks):
             return
         self._hooks.add(hooks)
+        learn(hooks, HOOKS_PATH)
         parent = os.path.dirname(hooks)
         if parent != path and parent in self._dirs:
             self._again.add(parent)  # listed before the name was known: list it again
+
+    def _learn_includes(self, git_dir: str) -> None:
+        """Note the files the config of the git directory `git_dir` includes (inside the roots)."""
+        for included in config_includes(git_dir):
+            if included in self._includes or not self._in_roots(included):
+                continue
+            self._includes.add(included)
+            learn(included, INCLUDED)
+            parent = os.path.dirname(included)
+            if parent != git_dir and parent in self._dirs:
+                self._again.add(parent)  # listed before the name was known: list it again
 
     def _visit(self, path: str, parts: tuple[str, ...], cached: _Dir | None, *, force: bool) -> None:
         todo: list[tuple[str, tuple[str, ...], _Dir | None]] = [(path, parts, cached)]
@@ -309,11 +356,15 @@ class ProtectedTree:
             git_dir = bool(self._git_names) and is_git_dir(names)
             if ".git/hooks" in self.matcher.names:
                 self._learn_hooks(path, names)
+            if git_dir and INCLUDED in self._git_names.values():
+                self._learn_includes(path)
             for entry in entries:
-                child = os.path.join(path, entry.name)
+                child = entry.path  # `path` joined with the name, made by scandir (os.path.join cost most)
                 by_content = self._git_names.get(entry.name) if git_dir else None
                 if by_content is None and child in self._hooks:
                     by_content = HOOKS_PATH
+                if by_content is None and child in self._includes:
+                    by_content = INCLUDED
                 if by_content is not None and self._record(directory, entry, child, by_content, True):
                     continue  # a git directory's config or hooks whatever its name, a hooksPath directory
                 if self.matcher.relevant(entry.name):
@@ -343,6 +394,8 @@ class ProtectedTree:
             if before == after:
                 continue
             self._changed.setdefault(path, self._known.get(path))
+            if (before is not None and before.full) or (after is not None and after.full):
+                self.generation += 1
             if after is None:
                 self._known.pop(path, None)
             else:
