@@ -139,11 +139,27 @@ async def test_workers_beyond_the_limit_are_stopped_and_started_again_on_the_nex
         await anyio.to_thread.run_sync(worlds.close, second)
 
 
+def _parent(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _mine(pid: int) -> bool:
+    """Whether `pid` descends from this test process (other tests of the run start workers too)."""
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        pid = _parent(pid)
+    return False
+
+
 def _workers_running() -> set[int]:
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"fileworker" in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and b"fileworker" in (entry / "cmdline").read_bytes() and _mine(int(entry.name)):
                 found.add(int(entry.name))
         except OSError:
             continue
