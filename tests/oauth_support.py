@@ -69,6 +69,8 @@ class OAuthFixture:
     """A scope every request to /mcp needs besides `tools` (403 insufficient_scope without it)."""
     scopes: dict[str, str] = field(default_factory=dict[str, str])
     """The scope granted with each access or refresh token."""
+    refuse: str | None = None
+    """An OAuth error code the authorize endpoint answers with (redirected back), instead of a code."""
     authorize_requests: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
     resource_requests: list[str] = field(default_factory=list[str])
     """The Authorization header (or "") of every request to /mcp."""
@@ -174,6 +176,9 @@ def _routes(fx: OAuthFixture) -> list[Route]:
             return _error("invalid_request")  # never redirect to an unregistered URI
         if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or not q.get("state"):
             return _error("invalid_request")
+        if fx.refuse is not None:  # the person said no (RFC 6749 section 4.1.2.1)
+            query = urlencode({"error": fx.refuse, "state": q["state"], "iss": fx.issuer})
+            return RedirectResponse(f"{q['redirect_uri']}?{query}", status_code=302)
         code = secrets.token_urlsafe(16)
         with fx.lock:
             fx.codes[code] = q
