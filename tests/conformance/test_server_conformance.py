@@ -51,8 +51,11 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 # (era, downstream transport) -> (scenario, check) pairs that succeed directly and not through omega.
-# server-sse-polling (SEP-1699): omega's hub keeps no SSE events, so it sends no priming event or retry
-# field and cannot resume a stream (the scenario passes on warnings).
+# server-sse-polling (SEP-1699), 2025 era: omega's hub keeps no SSE events, so it sends no priming event
+# or retry field and never closes a stream for the client to resume (the scenario passes on warnings).
+# Not a one-line fix: the SDK's session manager hands one event store to every session, and names a
+# stream by its request id, which each session numbers from 1 (a shared store would replay one
+# client's events to another).
 _SSE_POLLING = {
     ("server-sse-polling", "server-sse-priming-event"),
     ("server-sse-polling", "server-sse-retry-field"),
