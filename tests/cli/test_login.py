@@ -103,12 +103,22 @@ def test_login_tools_refresh_logout(tmp_path: Path, fx: OAuthFixture):
     assert not opened.exists()  # no browser, ever, outside login
 
 
-def test_a_live_login_and_logout_print_no_sdk_traceback(tmp_path: Path, fx: OAuthFixture):
-    """The real flow against the fixture, twice (the second over tokens already stored), then the
-    session it leaves, and logout twice: each says its one thing on stdout and nothing of the SDK's."""
+@pytest.fixture
+def chatty() -> Iterator[OAuthFixture]:
+    with oauth_server(chatty=True) as fixture:
+        yield fixture
+
+
+def test_a_live_login_and_logout_print_no_sdk_traceback(tmp_path: Path, chatty: OAuthFixture):
+    """The real flow, three times (the later ones over tokens already stored), then the session it
+    leaves, and logout twice: each says its one thing on stdout and nothing of the SDK's. The server
+    keeps saying its tools changed, so login ends its session with events still arriving on its
+    listen stream (the SDK logged each one it could no longer hand on as `Error parsing SSE message`
+    with a BrokenResourceError traceback)."""
+    fx = chatty
     _oauth_config(tmp_path, fx)
     env, _ = _env(tmp_path)
-    for _ in range(2):
+    for _ in range(3):
         login = _omega(tmp_path, env, "login", "x")
         assert login.returncode == 0 and "logged in to x (1 tools)" in login.stdout, login.stderr
         _no_traceback(login)
