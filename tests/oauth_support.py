@@ -76,6 +76,8 @@ class OAuthFixture:
     authorize_requests: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
     resource_requests: list[str] = field(default_factory=list[str])
     """The Authorization header (or "") of every request to /mcp."""
+    chatter: bool = True
+    """Whether a chatty server (`oauth_server(chatty=True)`) keeps announcing tool list changes."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -255,9 +257,10 @@ class _Protect:
 
 
 _CHATTER_SECONDS = 0.002
+_CHATTER_BURST = 4
 
 
-def _mcp_server(chatty: bool) -> Server[Any]:
+def _mcp_server(fx: OAuthFixture, chatty: bool) -> Server[Any]:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         schema = {"type": "object", "properties": {}}
         return types.ListToolsResult(
@@ -275,7 +278,8 @@ def _mcp_server(chatty: bool) -> Server[Any]:
     async def chatter(server: Server[Any]) -> AsyncIterator[None]:
         async def publish() -> None:
             while True:
-                await bus.publish(ToolsListChanged())
+                for _ in range(_CHATTER_BURST if fx.chatter else 0):
+                    await bus.publish(ToolsListChanged())
                 await anyio.sleep(_CHATTER_SECONDS)
 
         async with anyio.create_task_group() as tg:
@@ -297,10 +301,10 @@ def oauth_server(access_ttl: int = 3600, *, chatty: bool = False) -> Iterator[OA
     """Serve the fixture on a free 127.0.0.1 port in a thread for the `with` block.
 
     `chatty`: the MCP server serves `subscriptions/listen` (so a 2026-era client listens for list
-    changes) and says its tool list changed every few milliseconds, so a client that closes its
-    session does so with events still arriving."""
+    changes) and, while `fx.chatter` is set, says its tool list changed every few milliseconds, so
+    a client that closes its session does so with events still arriving."""
     fx = OAuthFixture(access_ttl=access_ttl)
-    app = _Protect(_mcp_server(chatty).streamable_http_app(custom_starlette_routes=_routes(fx)), fx)
+    app = _Protect(_mcp_server(fx, chatty).streamable_http_app(custom_starlette_routes=_routes(fx)), fx)
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
     thread = threading.Thread(target=anyio.run, args=(web.serve,), daemon=True)
     thread.start()

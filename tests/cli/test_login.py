@@ -122,6 +122,7 @@ def test_a_live_login_and_logout_print_no_sdk_traceback(tmp_path: Path, chatty: 
         login = _omega(tmp_path, env, "login", "x")
         assert login.returncode == 0 and "logged in to x (1 tools)" in login.stdout, login.stderr
         _no_traceback(login)
+    fx.chatter = False
     call = _omega(tmp_path, env, "call", "mcp__x__whoami")
     assert (call.returncode, call.stdout) == (0, "authorized caller\n"), call.stderr
     _no_traceback(call)
