@@ -4,18 +4,23 @@
     python bench/bench_attach.py --windows 4 --servers 5 --json
 
 Each window is a real process speaking newline-delimited JSON-RPC on its pipes (initialize,
-initialized, tools/list, listing again after each list_changed until every server's tools are there).
+initialized, tools/list, listing again after each list_changed until every server's tools are there),
+started as `claude-config` writes it: the `omega-mcp` console script beside this interpreter (else
+`python -P -m omega_mcp`). omega's bytecode is compiled first when it is not (a development tree run
+with PYTHONDONTWRITEBYTECODE has none; an installed omega has), so that neither side pays for it.
 Reported, each beside its floor: downstream server processes once every window is up (floor: S,
 one per server); PSS added per extra window (/proc/PID/smaps_rollup, everything the windows and their
 hub or servers hold, (total at W - total at 1) / (W - 1); floor: a bare interpreter sleeping); time
 from spawning the window's process to a complete tools/list, p50, with the hub running (after
 `hub start`; floor: a bare interpreter's start and exit) and with no hub (the first window, hub
-stopped before each sample; floor: `serve`'s own cold start in the same run).
+stopped before each sample; floor: `serve`'s own cold start in the same run), and for that cold
+window the time to its `initialize` answer (attach answers it from the last hub's greeting).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import select
@@ -30,6 +35,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ECHO = HERE / "echo_server.py"
 PYTHON = sys.executable
+_SCRIPT = Path(PYTHON).with_name("omega-mcp")
+OMEGA = [str(_SCRIPT)] if _SCRIPT.exists() else [PYTHON, "-P", "-m", "omega_mcp"]
 _INIT = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -72,6 +79,7 @@ class Window:
         )
         self.buffer = b""
         self.next_id = 2
+        self.initialized = 0.0
 
     def send(self, message: dict[str, object]) -> None:
         assert self.proc.stdin is not None
@@ -98,6 +106,7 @@ class Window:
         self.send(_INIT)
         while self.read(deadline).get("id") != 1:
             pass
+        self.initialized = time.perf_counter() - self.started
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         while True:
             asked = self.next_id
@@ -150,27 +159,33 @@ def _floor_pss() -> float:
     return pss / 1024
 
 
-def _run(kind: str, windows: int, servers: int, root: Path, env: dict[str, str]) -> dict[str, object]:
+def _run(
+    kind: str, windows: int, servers: int, root: Path, env: dict[str, str], *, cold_runs: int
+) -> dict[str, object]:
     config = _config(root, servers)
     ws = root / "ws"
     ws.mkdir(exist_ok=True)
-    argv = [PYTHON, "-m", "omega_mcp", kind, "--config", str(config), "--workspace", str(ws)]
+    argv = [*OMEGA, kind, "--config", str(config), "--workspace", str(ws)]
     marker = str(root)
     cold: list[float] = []
+    cold_init: list[float] = []
     if kind == "attach":
-        for _ in range(3):  # no hub: the window starts it
+        for _ in range(cold_runs):  # no hub: the window starts it
             window = Window(argv, env, root)
             cold.append(window.complete_list(servers))
+            cold_init.append(window.initialized)
             window.close()
             _omega(env, root, "hub", "stop", "--config", str(config))
         _omega(env, root, "hub", "start", "--config", str(config))
     opened: list[Window] = []
     times: list[float] = []
+    inits: list[float] = []
     totals: list[float] = []
     try:
         for _ in range(windows):
             window = Window(argv, env, root)
             times.append(window.complete_list(servers))
+            inits.append(window.initialized)
             opened.append(window)
             totals.append(sum(_pss_kb(p) for p in _procs(marker)) / 1024)
         server_processes = len(_procs(str(root / "echo_server.py")))
@@ -186,6 +201,8 @@ def _run(kind: str, windows: int, servers: int, root: Path, env: dict[str, str])
         "pss_total_mb": round(totals[-1], 1),
         "complete_list_p50_s": round(statistics.median(times), 3),
         "cold_complete_list_p50_s": round(statistics.median(cold or times), 3),
+        "cold_initialize_p50_s": round(statistics.median(cold_init or inits[:1]), 3),
+        "cold_samples": [round(c, 3) for c in cold or times[:1]],
     }
 
 
@@ -193,15 +210,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", type=int, default=10)
     parser.add_argument("--servers", type=int, default=20)
+    parser.add_argument("--cold", type=int, default=3, help="cold samples of attach (the first has no greeting)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    import omega_mcp
+
+    compileall.compile_dir(str(Path(omega_mcp.__file__).parent), quiet=1)
+    load = os.getloadavg()[0]
     results: dict[str, object] = {}
     for kind in ("attach", "serve"):
         with tempfile.TemporaryDirectory(prefix=f"omega-bench-{kind}-") as scratch:
             root = Path(scratch)
             env = {**os.environ, "OMEGA_HOME": str(root / "h")}
             env.pop("OMEGA_CONFIG", None)
-            results[kind] = _run(kind, args.windows, args.servers, root, env)
+            results[kind] = _run(kind, args.windows, args.servers, root, env, cold_runs=args.cold)
     floors = {"start_s": round(statistics.median(_floor_start() for _ in range(5)), 3), "pss_mb": _floor_pss()}
     results["floors"] = floors
     if args.json:
@@ -209,7 +231,8 @@ def main() -> None:
         return
     a, s = results["attach"], results["serve"]
     assert isinstance(a, dict) and isinstance(s, dict)
-    print(f"{args.windows} windows x {args.servers} stdio servers (load {os.getloadavg()[0]:.1f})\n")
+    loads = f"load {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    print(f"{args.windows} windows x {args.servers} stdio servers ({loads})\n")
     print("| | attach | serve | floor |\n|---|---|---|---|")
     print(f"| server processes | {a['server_processes']} | {s['server_processes']} | {args.servers} |")
     print(
@@ -224,6 +247,11 @@ def main() -> None:
         f"| spawn to complete tools/list, no hub (p50) | {a['cold_complete_list_p50_s'] * 1000:.0f} ms "
         f"| {s['complete_list_p50_s'] * 1000:.0f} ms | serve's cold start |"
     )
+    print(
+        f"| spawn to `initialize` answered, no hub (p50) | {a['cold_initialize_p50_s'] * 1000:.0f} ms "
+        f"| {s['cold_initialize_p50_s'] * 1000:.0f} ms | |"
+    )
+    print(f"\ncold samples (s): attach {a['cold_samples']}, serve {s['cold_samples']}")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,17 @@ another uid refused, bash unable to reach the socket, and a first tools/list tha
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -20,7 +24,7 @@ import pytest
 from mcp import MCPError
 from mcp.client.stdio import StdioServerParameters
 
-from waits import deadline
+from waits import deadline, scaled, until, until_sync
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 
@@ -225,16 +229,20 @@ async def test_hub_start_status_and_stop(tmp_path: Path, stop_hubs: None) -> Non
     assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 1
 
 
-async def test_bash_cannot_see_or_reach_the_hub_socket(tmp_path: Path, stop_hubs: None) -> None:
+async def test_bash_cannot_see_or_reach_the_hub_socket_or_its_greeting(tmp_path: Path, stop_hubs: None) -> None:
     config = _config(tmp_path)
     async with _window(tmp_path, config, "--mode", "sandbox") as client:
-        [sock] = (tmp_path / "h" / "run").glob("*.sock")
+        run = tmp_path / "h" / "run"
+        [sock] = run.glob("*.sock")
+        await until(lambda: bool(list(run.glob("*.json"))), "the hub's greeting")
+        [greeting] = run.glob("*.json")
         probe = (
-            f"ls {sock.parent}; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
+            f"ls {run}; cat {greeting}; python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); "
             f's.connect("{sock}"); print("CONNECTED")\''
         )
         result = _text(await client.call_tool("bash", {"command": probe}))
         assert "CONNECTED" not in result and sock.name not in result
+        assert f"{greeting}: No such file or directory" in result and "instructions" not in result
 
 
 def test_a_peer_of_another_uid_is_refused(tmp_path: Path, stop_hubs: None) -> None:
@@ -295,3 +303,223 @@ async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_res
                 await anyio.sleep(0.2)  # the hub polls the file: nothing in this process to wait on
         assert _text(await client.call_tool("mcp__added__echo", {"text": "new"})) == "new"
         assert _text(await client.call_tool("mcp__echo__pid", {})) == before
+
+
+class _Pipes:
+    """A raw `attach` process on pipes, for the exchanges an SDK client would hide (who answered, and when)."""
+
+    def __init__(self, tmp_path: Path, config: Path, **env: str) -> None:
+        self.errors = tmp_path / f"attach-{len(list(tmp_path.glob('attach-*.err')))}.err"
+        with self.errors.open("wb") as errors:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env={**_env(tmp_path), **env},
+                cwd=tmp_path,
+            )
+        self.buffer = b""
+
+    def send(self, message: dict[str, object]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, key: int) -> dict[str, object]:
+        """The answer to request `key` (notifications on the way are skipped), bounded."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        end = time.monotonic() + scaled(30)
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if message.get("id") == key:
+                    return message
+            left = end - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], f"no answer to request {key}"
+            chunk = os.read(fd, 1 << 16)
+            assert chunk, "attach exited"
+            self.buffer += chunk
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(scaled(30))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _hub_answers(tmp_path: Path, config: Path, *openings: dict[str, object]) -> list[dict[str, object]]:
+    """What the running hub itself answers to each opening, asked as a window of its own (one per opening)."""
+    [sock_path] = (tmp_path / "h" / "run").glob("*.sock")
+    answers = []
+    run = os.open(sock_path.parent, os.O_PATH | os.O_DIRECTORY)  # tmp_path makes too long a sun_path
+    for opening in openings:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(f"/proc/self/fd/{run}/{sock_path.name}")
+            sock.settimeout(scaled(30))
+            reader = sock.makefile("rb")
+            hello = {"omega": "attach", "window": f"probe{len(answers)}", "workspace": None, "pid": os.getpid()}
+            sock.sendall(json.dumps(hello).encode() + b"\n")
+            assert json.loads(reader.readline())["ok"] is True
+            sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, **opening}).encode() + b"\n")
+            answers.append(json.loads(reader.readline()))
+    os.close(run)
+    return answers
+
+
+_INITIALIZE = {
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+_DISCOVER = {
+    "method": "server/discover",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    },
+}
+
+
+def _greeted(tmp_path: Path, config: Path) -> Path:
+    """Start and stop the hub once, so that run/ holds its greeting for `config`; the start lock's path."""
+    assert _omega(tmp_path, "hub", "start", "--config", str(config)).returncode == 0
+    run = tmp_path / "h" / "run"
+    until_sync(lambda: bool(list(run.glob("*.json"))), "the hub's greeting")
+    assert _omega(tmp_path, "hub", "stop", "--config", str(config)).returncode == 0
+    [lock] = run.glob("*.lock")
+    return lock
+
+
+@contextmanager
+def _held(lock: Path) -> Iterator[None]:
+    """Hold the hub's start lock: no hub can start for this config until it is let go."""
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield None
+    finally:
+        os.close(fd)
+
+
+def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits_for_the_hub(
+    tmp_path: Path, stop_hubs: None
+) -> None:
+    config = _config(tmp_path)
+    lock = _greeted(tmp_path, config)
+    handshake, modern, probing = _Pipes(tmp_path, config), _Pipes(tmp_path, config), _Pipes(tmp_path, config)
+    try:
+        with _held(lock):  # no hub can start: whatever answers now is attach alone
+            handshake.send({"id": 1, **_INITIALIZE})
+            modern.send({"id": 7, **_DISCOVER})
+            probing.send({"id": 1, "method": "server/discover"})  # no 2026 envelope: the handshake follows
+            probing.send({"id": 2, **_INITIALIZE})
+            answered = handshake.answer(1), modern.answer(7)
+            probed = probing.answer(1), probing.answer(2)
+            assert not _hubs(config)
+            handshake.send({"method": "notifications/initialized"})
+            handshake.send({"id": 2, "method": "tools/list"})
+        listed = handshake.answer(2)  # once the hub the window starts is up
+        names = {t["name"] for t in listed["result"]["tools"]}  # type: ignore[index]
+        assert {"bash", "mcp__echo__echo", "mcp__sess__echo"} <= names
+        # what attach answered is what the hub itself answers
+        assert list(answered) == _hub_answers(tmp_path, config, {"id": 1, **_INITIALIZE}, {"id": 7, **_DISCOVER})
+        assert answered[0]["result"]["protocolVersion"] == "2025-06-18"  # type: ignore[index]
+        assert probed[0]["error"]["code"] == -32601  # type: ignore[index]  # as the hub answers it
+        assert probed[0] == _hub_answers(tmp_path, config, {"id": 1, "method": "server/discover"})[0]
+        assert probed[1] == {**answered[0], "id": 2}
+    finally:
+        for window in (handshake, modern, probing):
+            window.close()
+
+
+def test_a_greeting_for_other_config_content_is_not_used(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    lock = _greeted(tmp_path, config)
+    config.write_text(config.read_text() + f"[servers.added]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n")
+    window = _Pipes(tmp_path, config)
+    try:
+        with _held(lock):
+            window.send({"id": 1, **_INITIALIZE})
+        instructions = window.answer(1)["result"]["instructions"]  # type: ignore[index]
+        assert "added (mcp__added__*)" in str(instructions)  # the new hub's answer, not the old greeting's
+    finally:
+        window.close()
+
+
+def test_a_window_answered_at_once_whose_hub_cannot_start_is_served_in_process(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    _greeted(tmp_path, config)
+    # The naming a window hands the hub it starts, made one the hub refuses: that hub exits at once.
+    window = _Pipes(tmp_path, config, OMEGA_HUB_CLIENT_PREFIX="not a prefix!")
+    try:
+        window.send({"id": 1, **_INITIALIZE})
+        assert "result" in window.answer(1)
+        window.send({"method": "notifications/initialized"})
+        window.send(
+            {"id": 2, "method": "tools/call", "params": {"name": "mcp__echo__echo", "arguments": {"text": "x"}}}
+        )
+        called = window.answer(2)
+        assert called["result"]["content"][0]["text"] == "x", called  # type: ignore[index]
+        assert not _hubs(config)
+    finally:
+        window.close()
+    assert "the hub exited with status 2" in window.errors.read_text()
+    assert "serving in-process instead" in window.errors.read_text()
+
+
+def test_the_hub_log_is_rotated_past_its_size_keeping_one_older_file(tmp_path: Path) -> None:
+    from omega_mcp.cli.attach import rotate_log
+
+    log = tmp_path / "hub.log"
+    log.write_bytes(b"old\n" * 10)
+    assert not rotate_log(str(log), limit=1000) and not (tmp_path / "hub.log.1").exists()
+    assert rotate_log(str(log), limit=40)
+    assert (tmp_path / "hub.log.1").read_bytes() == b"old\n" * 10 and not log.exists()
+    log.write_bytes(b"newer\n" * 10)
+    assert rotate_log(str(log), limit=40)
+    assert (tmp_path / "hub.log.1").read_bytes() == b"newer\n" * 10  # one older file, no more
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub.log.1"]
+
+
+def test_a_running_hub_goes_on_in_a_new_log_once_its_own_is_too_big(tmp_path: Path) -> None:
+    log = tmp_path / "hub.log"
+    code = (
+        "import sys\n"
+        "from omega_mcp.cli.hubd import rotate_own_log\n"
+        "print('before ' * 20, flush=True)\n"
+        "assert not rotate_own_log(sys.argv[1], limit=10_000)\n"
+        "assert rotate_own_log(sys.argv[1], limit=100)\n"
+        "print('after', flush=True)\n"
+        "sys.stderr.write('after on stderr\\n')\n"
+    )
+    with log.open("ab") as out:
+        done = subprocess.run([sys.executable, "-c", code, str(log)], stdout=out, stderr=out, timeout=60, check=False)
+    assert done.returncode == 0, (tmp_path / "hub.log.1").read_text() if (tmp_path / "hub.log.1").exists() else ""
+    assert (tmp_path / "hub.log.1").read_text().startswith("before ")
+    assert log.read_text().splitlines()[-2:] == ["after", "after on stderr"]
+
+
+def test_a_hub_started_on_a_log_past_its_size_starts_a_new_one(
+    tmp_path: Path, stop_hubs: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omega_mcp.cli.attach import LOG_BYTES, address_of
+
+    config = _config(tmp_path)
+    monkeypatch.setenv("OMEGA_HOME", str(tmp_path / "h"))
+    log = Path(address_of(str(config)).log)
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as big:
+        big.truncate(LOG_BYTES)  # sparse: its size is what counts
+    assert _omega(tmp_path, "hub", "start", "--config", str(config)).returncode == 0
+    assert Path(f"{log}.1").stat().st_size == LOG_BYTES
+    assert 0 < log.stat().st_size < LOG_BYTES

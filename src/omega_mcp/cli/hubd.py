@@ -7,16 +7,21 @@ for the same config finds the socket answering and exits. It reloads its config 
 the file's content changes (polled), as `serve --http` does (cli/hub.py); it exits when no window has
 been attached for `[hub] idle_exit` seconds, on `hub stop`, and on SIGINT/SIGTERM, stopping every
 server on the way out, and removes its socket. `hub start|status|stop` speak to it with one control
-line each (the stdlib client in cli/attach.py).
+line each (the stdlib client in cli/attach.py). Once its servers have settled it asks its own MCP
+server, on a private socket pair, each opening a window may send (`initialize` at each version,
+`server/discover` with and without the 2026 envelope) and writes the answers to run/ as its
+greeting, dated by its config's content and omega's version, from which `attach` answers a window's
+opening at once, even before a hub listens. Its log (stdout and stderr, the file `attach` opened) is rotated by size.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import functools
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -28,12 +33,15 @@ from omega_mcp.cli.common import EXIT_FAILURE, EXIT_OK, UsageError
 from omega_mcp.cli.signals import SignalGuard
 from omega_mcp.cli.toolbox import open_toolbox
 from omega_mcp.config import Config
+from omega_mcp.narrow import object_or_none
 from omega_mcp.proxy.spawn import EarlyStarts
+from omega_mcp.version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from omega_mcp.proxy.supervisor import Downstreams
+    from omega_mcp.server.server import OmegaServer
     from omega_mcp.server.unix import Windows
 
 __all__ = ["hub_command", "run_shared_hub"]
@@ -42,6 +50,8 @@ logger = logging.getLogger("omega_mcp")
 
 _WATCH_SECONDS = 1.0
 _START_SECONDS = 120.0
+_ROTATE_SECONDS = 30.0
+_ASK_SECONDS = 10.0
 
 
 def _memory_mb(pid: int) -> float | None:
@@ -86,9 +96,118 @@ def _digest(path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return attach.digest(path.read_bytes())
     except OSError:
         return None
+
+
+def _openings() -> dict[str, dict[str, Any]]:
+    """Each opening request a window may send whose answer `attach` may give at once, by its greeting key."""
+    from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    client = {"name": "omega-hub-greeting", "version": "1"}
+
+    def initialize(version: str) -> dict[str, Any]:
+        return {
+            "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": client},
+        }
+
+    openings = {f"initialize {version}": initialize(version) for version in HANDSHAKE_PROTOCOL_VERSIONS}
+    openings["initialize *"] = initialize("omega-any-other-version")
+    openings["discover"] = {"method": "server/discover"}
+    for version in MODERN_PROTOCOL_VERSIONS:
+        meta = {PROTOCOL_VERSION_META_KEY: version, CLIENT_INFO_META_KEY: client, CLIENT_CAPABILITIES_META_KEY: {}}
+        openings[f"discover {version}"] = {"method": "server/discover", "params": {"_meta": meta}}
+    return openings
+
+
+async def _ask_ourselves(server: OmegaServer, opening: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The server's answer to one opening request on a fresh connection, as a window would get it."""
+    import socket
+
+    from omega_mcp._sdk import SESSION_MESSAGES
+    from omega_mcp.server.stdio import serve_streams
+    from omega_mcp.wire.pipes import PipeReader, PipeWriter
+
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    writer_fd = os.dup(theirs.fileno())
+    reader = PipeReader(theirs.fileno(), SESSION_MESSAGES, label="[greeting]")
+    writer = PipeWriter(writer_fd, SESSION_MESSAGES, label="[greeting]")
+    answer: dict[str, Any] | None = None
+    try:
+        with anyio.move_on_after(_ASK_SECONDS):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(serve_streams, server, reader, writer, relay=False))
+                ours.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, **opening}).encode() + b"\n")
+                data = b""
+                while not data.endswith(b"\n"):
+                    await anyio.wait_readable(ours)
+                    chunk = ours.recv(1 << 16)
+                    if not chunk:
+                        break
+                    data += chunk
+                answer = object_or_none(json.loads(data)) if data.endswith(b"\n") else None
+                ours.shutdown(socket.SHUT_WR)  # the connection ends as a window's does
+    finally:
+        reader.detach()
+        writer.detach()
+        ours.close()
+        theirs.close()
+        os.close(writer_fd)
+    return answer
+
+
+async def write_greeting(server: OmegaServer, address: attach.HubAddress, content: bytes) -> bool:
+    """Write run/'s greeting: this hub's answers to each opening, for `config`'s `content` (see attach.py)."""
+    answers: dict[str, str] = {}
+    began = time.monotonic()
+    for key, opening in _openings().items():
+        answer = await _ask_ourselves(server, opening)
+        if answer is None or answer.get("id") != 1 or ("result" in answer) == ("error" in answer):
+            logger.warning("the hub's greeting was not written: no answer of its own to %s", key)
+            return False
+        part = "result" if "result" in answer else "error"
+        answers[key] = f"{json.dumps(part)}:{json.dumps(answer[part], separators=(',', ':'))}"
+    logger.debug("the hub asked itself %d openings in %.0f ms", len(answers), (time.monotonic() - began) * 1000)
+    greeting = {"omega": __version__, "config": attach.digest(content), "answers": answers}
+    temporary = f"{address.greeting}.{os.getpid()}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, json.dumps(greeting).encode())  # a few KB: one write
+        finally:
+            os.close(fd)
+        os.replace(temporary, address.greeting)
+    except OSError as exc:
+        logger.warning("the hub's greeting was not written to %s: %s", address.greeting, exc.strerror or exc)
+        return False
+    return True
+
+
+def rotate_own_log(path: str, limit: int = attach.LOG_BYTES) -> bool:
+    """When this process's stderr is the log at `path` and has reached `limit` bytes, move it to
+    `path.1` and go on in a new file there (stdout and stderr both)."""
+    try:
+        mine, theirs = os.fstat(2), os.stat(path)
+    except OSError:
+        return False
+    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino) or not attach.rotate_log(path, limit):
+        return False
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    logger.info("the log went on past %d bytes: the older part is %s.1", limit, path)
+    return True
 
 
 async def run_shared_hub(
@@ -97,18 +216,22 @@ async def run_shared_hub(
     """Serve the shared hub of `config` on its socket until stopped or idle; returns the exit code."""
     from omega_mcp.server.unix import bind_unix
 
-    address = attach.HubAddress(attach.omega_home(), config.path)
+    address = attach.HubAddress(attach.omega_home(), str(config.path) if config.path is not None else None)
+    try:
+        content = config.path.read_bytes() if config.path is not None else b""
+    except OSError:
+        content = None
     address.prepare()
     if address.connect() is not None:
         logger.info("a hub for %s already listens at %s", config.path or "(no config)", address.socket)
         return EXIT_OK
     try:
-        listener = bind_unix(address.socket)
+        listener = bind_unix(Path(address.socket))
     except OSError as exc:
         raise UsageError(str(exc)) from None
     ours = os.stat(address.socket).st_ino
     try:
-        return await _serve(config, args, guard=guard, early=early, listener=listener, address=address)
+        return await _serve(config, args, guard=guard, early=early, listener=listener, address=address, content=content)
     finally:
         listener.close()
         try:
@@ -126,6 +249,7 @@ async def _serve(
     early: EarlyStarts | None,
     listener: Any,
     address: attach.HubAddress,
+    content: bytes | None,
 ) -> int:
     from omega_mcp.sandbox import zygote_client
 
@@ -180,8 +304,25 @@ async def _serve(
                 with anyio.move_on_after(max(wait, 0.05)):
                     await windows.changed.wait()
 
+        async def greet() -> None:
+            # Once the servers have settled: asking itself costs the loop ~100 ms, which the first
+            # windows of a cold start should not wait behind (the greeting is for the next cold start).
+            with anyio.move_on_after(_START_SECONDS):
+                while not downstreams.ready:  # noqa: ASYNC110 - the supervisor's flag, no public event
+                    await anyio.sleep(0.1)
+            assert content is not None
+            await write_greeting(server, address, content)
+
+        async def rotate() -> None:
+            while True:
+                await anyio.sleep(_ROTATE_SECONDS)
+                rotate_own_log(address.log)
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(guard.until_signalled, tg.cancel_scope)
+            if content is not None:
+                tg.start_soon(greet)
+            tg.start_soon(rotate)
             await tg.start(reload_on_sighup, config, policy, downstreams, tokens, profiles)
             if config.path is not None:
                 tg.start_soon(watch_file)
