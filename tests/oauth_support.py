@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ import anyio
 import uvicorn
 from mcp import types
 from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.subscriptions import ToolsListChanged
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -69,9 +71,13 @@ class OAuthFixture:
     """A scope every request to /mcp needs besides `tools` (403 insufficient_scope without it)."""
     scopes: dict[str, str] = field(default_factory=dict[str, str])
     """The scope granted with each access or refresh token."""
+    refuse: str | None = None
+    """An OAuth error code the authorize endpoint answers with (redirected back), instead of a code."""
     authorize_requests: list[dict[str, str]] = field(default_factory=list[dict[str, str]])
     resource_requests: list[str] = field(default_factory=list[str])
     """The Authorization header (or "") of every request to /mcp."""
+    chatter: bool = True
+    """Whether a chatty server (`oauth_server(chatty=True)`) keeps announcing tool list changes."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -174,6 +180,9 @@ def _routes(fx: OAuthFixture) -> list[Route]:
             return _error("invalid_request")  # never redirect to an unregistered URI
         if q.get("response_type") != "code" or q.get("code_challenge_method") != "S256" or not q.get("state"):
             return _error("invalid_request")
+        if fx.refuse is not None:  # the person said no (RFC 6749 section 4.1.2.1)
+            query = urlencode({"error": fx.refuse, "state": q["state"], "iss": fx.issuer})
+            return RedirectResponse(f"{q['redirect_uri']}?{query}", status_code=302)
         code = secrets.token_urlsafe(16)
         with fx.lock:
             fx.codes[code] = q
@@ -247,7 +256,11 @@ class _Protect:
         await self.app(scope, receive, send)
 
 
-def _mcp_server() -> Server[Any]:
+_CHATTER_SECONDS = 0.002
+_CHATTER_BURST = 4
+
+
+def _mcp_server(fx: OAuthFixture, chatty: bool) -> Server[Any]:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         schema = {"type": "object", "properties": {}}
         return types.ListToolsResult(
@@ -257,14 +270,41 @@ def _mcp_server() -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return types.CallToolResult(content=[types.TextContent(text="authorized caller")])
 
-    return Server("protected", on_list_tools=list_tools, on_call_tool=call_tool)
+    if not chatty:
+        return Server("protected", on_list_tools=list_tools, on_call_tool=call_tool)
+    bus = InMemorySubscriptionBus()
+
+    @asynccontextmanager
+    async def chatter(server: Server[Any]) -> AsyncIterator[None]:
+        async def publish() -> None:
+            while True:
+                for _ in range(_CHATTER_BURST if fx.chatter else 0):
+                    await bus.publish(ToolsListChanged())
+                await anyio.sleep(_CHATTER_SECONDS)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish)
+            yield
+            tg.cancel_scope.cancel()
+
+    return Server(
+        "protected",
+        lifespan=chatter,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=ListenHandler(bus),
+    )
 
 
 @contextmanager
-def oauth_server(access_ttl: int = 3600) -> Iterator[OAuthFixture]:
-    """Serve the fixture on a free 127.0.0.1 port in a thread for the `with` block."""
+def oauth_server(access_ttl: int = 3600, *, chatty: bool = False) -> Iterator[OAuthFixture]:
+    """Serve the fixture on a free 127.0.0.1 port in a thread for the `with` block.
+
+    `chatty`: the MCP server serves `subscriptions/listen` (so a 2026-era client listens for list
+    changes) and, while `fx.chatter` is set, says its tool list changed every few milliseconds, so
+    a client that closes its session does so with events still arriving."""
     fx = OAuthFixture(access_ttl=access_ttl)
-    app = _Protect(_mcp_server().streamable_http_app(custom_starlette_routes=_routes(fx)), fx)
+    app = _Protect(_mcp_server(fx, chatty).streamable_http_app(custom_starlette_routes=_routes(fx)), fx)
     web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on"))
     thread = threading.Thread(target=anyio.run, args=(web.serve,), daemon=True)
     thread.start()

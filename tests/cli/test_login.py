@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -24,6 +25,13 @@ from oauth_support import OAuthFixture, browser, no_proxy_env, oauth_server
 
 _BOUND_SECONDS = 60.0
 NEEDS_LOGIN = "needs login: run omega-mcp login x"
+_SDK_NOISE = ("Traceback", "Error parsing SSE")
+
+
+def _no_traceback(result: subprocess.CompletedProcess[str] | str) -> None:
+    """What the person sees is omega's own lines: never an SDK traceback (issue 34), whatever the outcome."""
+    stderr = result if isinstance(result, str) else result.stderr
+    assert [noise for noise in _SDK_NOISE if noise in stderr] == [], stderr
 
 
 @pytest.fixture
@@ -95,6 +103,63 @@ def test_login_tools_refresh_logout(tmp_path: Path, fx: OAuthFixture):
     assert not opened.exists()  # no browser, ever, outside login
 
 
+@pytest.fixture
+def chatty() -> Iterator[OAuthFixture]:
+    with oauth_server(chatty=True) as fixture:
+        yield fixture
+
+
+def test_a_live_login_and_logout_print_no_sdk_traceback(tmp_path: Path, chatty: OAuthFixture):
+    """The real flow, three times (the later ones over tokens already stored), then the session it
+    leaves, and logout twice: each says its one thing on stdout and nothing of the SDK's. The server
+    keeps saying its tools changed, so login ends its session with events still arriving on its
+    listen stream (the SDK logged each one it could no longer hand on as `Error parsing SSE message`
+    with a BrokenResourceError traceback)."""
+    fx = chatty
+    _oauth_config(tmp_path, fx)
+    env, _ = _env(tmp_path)
+    for _ in range(3):
+        login = _omega(tmp_path, env, "login", "x")
+        assert login.returncode == 0 and "logged in to x (1 tools)" in login.stdout, login.stderr
+        _no_traceback(login)
+    fx.chatter = False
+    call = _omega(tmp_path, env, "call", "mcp__x__whoami")
+    assert (call.returncode, call.stdout) == (0, "authorized caller\n"), call.stderr
+    _no_traceback(call)
+    first, second = _omega(tmp_path, env, "logout", "x"), _omega(tmp_path, env, "logout", "x")
+    assert (first.returncode, second.returncode) == (0, 0)
+    assert "logged out of x" in first.stdout and second.stdout == "x was not logged in; nothing to forget\n"
+    assert first.stderr == second.stderr == ""
+
+
+def test_a_refused_login_says_so_in_one_line(tmp_path: Path, fx: OAuthFixture):
+    _oauth_config(tmp_path, fx)
+    fx.refuse = "access_denied"
+    env, opened = _env(tmp_path)
+    login = _omega(tmp_path, env, "login", "x")
+    assert login.returncode == 1
+    refused = "omega-mcp: login to x failed: the authorization server refused: access_denied"
+    assert login.stderr.splitlines()[-1] == refused
+    _no_traceback(login)
+    assert opened.exists()
+    assert not _record(tmp_path).exists() or "tokens" not in json.loads(_record(tmp_path).read_text())
+
+
+def test_a_login_to_a_server_that_is_down_says_so_in_one_line(tmp_path: Path):
+    with socket.socket() as closed:  # bound, never listening: a connection to it is refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/mcp"
+        rwx_config(tmp_path, f'[servers.x]\nurl = "{url}"\nauth = "oauth"\n')
+        env, opened = _env(tmp_path)
+        login = _omega(tmp_path, env, "login", "x", "--timeout", "5")
+    assert login.returncode == 1
+    assert login.stderr.startswith("omega-mcp: login to x failed: ") and len(login.stderr.splitlines()) == 1
+    _no_traceback(login)
+    assert not opened.exists()
+    logout = _omega(tmp_path, env, "logout", "x")
+    assert (logout.returncode, logout.stdout, logout.stderr) == (0, "x was not logged in; nothing to forget\n", "")
+
+
 def test_a_call_to_a_server_that_needs_login_says_so(tmp_path: Path, fx: OAuthFixture):
     _oauth_config(tmp_path, fx)
     env, opened = _env(tmp_path)
@@ -125,6 +190,7 @@ def test_a_login_nobody_answers_times_out_with_a_clear_message(tmp_path: Path, f
         "run `omega-mcp login x` to try again"
     )
     assert opened.exists()
+    _no_traceback(login)
     assert not _record(tmp_path).exists() or "tokens" not in json.loads(_record(tmp_path).read_text())
 
 
@@ -152,7 +218,7 @@ def test_ctrl_c_during_login_stops_it_cleanly(tmp_path: Path, fx: OAuthFixture):
             process.wait(_BOUND_SECONDS)
     assert process.returncode == 130
     assert "login to x cancelled; nothing was stored" in stderr
-    assert "Traceback" not in stderr
+    _no_traceback(stderr)
     assert not _record(tmp_path).exists() or "tokens" not in json.loads(_record(tmp_path).read_text())
 
 

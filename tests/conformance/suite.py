@@ -3,8 +3,9 @@
 `install()` puts node 22 (the `node` package ships the binary) and the suite under
 `~/.cache/omega-mcp/conformance/<version>` once; it skips the calling test with a clear reason
 only when the npm registry cannot be reached. `run_server_suite` runs every scenario of one
-protocol era against a URL and returns each scenario's verdict (a FAILURE check fails it;
-warnings do not).
+protocol era against a URL and returns each scenario's checks (id -> status); `passed` is the
+suite's own verdict (a FAILURE check fails it, warnings do not) and `lost` what a run through omega
+must not have: a check that succeeded directly and did not through omega.
 """
 
 from __future__ import annotations
@@ -120,56 +121,98 @@ def renamer(
     return process([*args, "--token", token] if token else args, port, log)
 
 
-def verdicts(out_dir: Path) -> dict[str, bool]:
-    """Each scenario's verdict from the suite's result files: False when a check failed."""
-    found: dict[str, bool] = {}
+Checks = dict[str, str]
+"""One scenario's checks: check id -> its status (the worst of its occurrences; INFO lines left out)."""
+_RANK = {"SUCCESS": 0, "SKIPPED": 1, "INFO": 2, "WARNING": 3, "FAILURE": 4}
+
+
+def results(out_dir: Path) -> dict[str, Checks]:
+    """Each scenario's checks from the suite's result files (not those of a second run, `_again`)."""
+    found: dict[str, Checks] = {}
     for checks in out_dir.rglob("checks.json"):
         if AGAIN in checks.relative_to(out_dir).parts:
             continue
         where = checks.parent.relative_to(out_dir).as_posix()  # client scenarios: `auth/NAME-...` too
         match = _DIR_NAME.match(where)
         assert match is not None, where
-        items = json.loads(checks.read_text())
-        found[match["name"]] = bool(items) and all(c.get("status") != "FAILURE" for c in items)
+        statuses: Checks = {}
+        for c in json.loads(checks.read_text()):
+            status = str(c.get("status"))
+            if status == "INFO" or not c.get("id"):  # the suite's traffic log, no requirement
+                continue
+            previous = statuses.get(c["id"])
+            if previous is None or _RANK.get(status, 4) > _RANK.get(previous, 4):
+                statuses[c["id"]] = status
+        found[match["name"]] = statuses
     return found
 
 
-def failures(out_dir: Path, scenario: str) -> list[str]:
-    """The failed checks of one scenario, one line each (for assertion messages): of its second run
-    when it had one (`_again`)."""
+def passed(checks: Checks | None) -> bool:
+    """A scenario's verdict as the suite gives it: it ran some check and none failed (warnings do not)."""
+    return bool(checks) and all(status != "FAILURE" for status in (checks or {}).values())
+
+
+def lost(direct: Checks | None, through: Checks | None) -> list[str]:
+    """The checks that succeeded directly and did not through omega (worse, or not made at all): a
+    scenario can still pass with fewer checks, or with a success turned into a warning."""
+    through = through or {}
+    return sorted(c for c, status in (direct or {}).items() if status == "SUCCESS" and through.get(c) != "SUCCESS")
+
+
+def failures(out_dir: Path, scenario: str, checks: Sequence[str] = ()) -> list[str]:
+    """The failed checks of one scenario (and those named in `checks`), one line each with the suite's
+    message (for assertion messages): of its second run when it had one (`_again`)."""
     again = out_dir / AGAIN
     if any(again.glob(f"**/*{scenario}-*/checks.json")):
         out_dir = again
     lines: list[str] = []
-    for checks in out_dir.glob(f"**/*{scenario}-*/checks.json"):  # `auth/` scenarios are one level down
-        for c in json.loads(checks.read_text()):
-            if c.get("status") == "FAILURE":
-                lines.append(f"{scenario}: {c.get('id')}: {str(c.get('errorMessage'))[:300]}")
+    for path in out_dir.glob(f"**/*{scenario}-*/checks.json"):  # `auth/` scenarios are one level down
+        for c in json.loads(path.read_text()):
+            if c.get("status") == "FAILURE" or (c.get("id") in checks and c.get("status") not in ("SUCCESS", "INFO")):
+                lines.append(f"{scenario}: {c.get('id')}: {c.get('status')}: {str(c.get('errorMessage'))[:300]}")
+    seen = {line.split(": ")[1] for line in lines}
+    lines += [f"{scenario}: {c}: not made (or as INFO only)" for c in checks if c not in seen]
     return lines
 
 
-def run_server_suite(url: str, era: str, out_dir: Path, expected: Sequence[str] = ()) -> dict[str, bool]:
+def run_server_suite(
+    url: str, era: str, out_dir: Path, expected: Sequence[str] = (), baseline: dict[str, Checks] | None = None
+) -> dict[str, Checks]:
+    """Every server scenario of `era` against `url`: each scenario's checks (see `_again` for `baseline`)."""
     entry = install()
     base = [str(entry), "server", "--url", url, "--spec-version", era]
     subprocess.run(
         [*base, "--suite", "all", "-o", str(out_dir)], env=node_env(), capture_output=True, timeout=600
-    )  # its exit status says whether anything failed; the verdicts are read from its files
-    return _again(base, verdicts(out_dir), expected, out_dir)
+    )  # its exit status says whether anything failed; the checks are read from its files
+    return _again(base, results(out_dir), expected, out_dir, baseline)
 
 
-def _again(base: list[str], found: dict[str, bool], expected: Sequence[str], out_dir: Path) -> dict[str, bool]:
-    """Each scenario that failed (or left no verdict) run once more, alone, into `out_dir/_again`.
+def _again(
+    base: list[str],
+    found: dict[str, Checks],
+    expected: Sequence[str],
+    out_dir: Path,
+    baseline: dict[str, Checks] | None,
+) -> dict[str, Checks]:
+    """Each scenario that failed, left no checks, or (given the direct run's `baseline`) lost a check
+    run once more, alone, into `out_dir/_again`.
 
-    The suite starts a whole era's scenarios at once with fixed timeouts; on a 2-core machine
-    busy with other tests (the suite runs in several workers) one of them can time out for want
-    of CPU. Alone it gets the machine: a real failure fails again, a starved one passes.
+    The suite starts a whole era's scenarios at once with fixed timeouts (some checks wait 500 ms
+    for a stream); on a 2-core machine busy with other tests (the suite runs in several workers)
+    one of them can time out for want of CPU. Alone it gets the machine: a real failure or loss
+    happens again, a starved one does not.
     """
-    for scenario in sorted({s for s, ok in found.items() if not ok} | (set(expected) - set(found))):
+
+    def again_needed(scenario: str) -> bool:
+        checks = found.get(scenario)
+        return not passed(checks) or (baseline is not None and bool(lost(baseline.get(scenario), checks)))
+
+    for scenario in sorted(s for s in {*found, *expected} if again_needed(s)):
         again = out_dir / AGAIN
         subprocess.run(
             [*base, "--scenario", scenario, "-o", str(again)], env=node_env(), capture_output=True, timeout=300
         )
-        second = verdicts(again).get(scenario)
+        second = results(again).get(scenario)
         if second is not None:
             found[scenario] = second
     return found
@@ -187,8 +230,11 @@ def wait_connected(log: Path, server: str, seconds: float = 30.0) -> None:
     )
 
 
-def run_client_suite(command: list[str], era: str, out_dir: Path, expected: Sequence[str] = ()) -> dict[str, bool]:
-    """Every client scenario of one era against `command` (the suite appends its test server's URL).
+def run_client_suite(
+    command: list[str], era: str, out_dir: Path, expected: Sequence[str] = (), baseline: dict[str, Checks] | None = None
+) -> dict[str, Checks]:
+    """Every client scenario of one era against `command` (the suite appends its test server's URL):
+    each scenario's checks (see `_again` for `baseline`).
 
     The suite starts all of an era's scenarios at once; two such runs side by side overload a
     2-core machine (scenarios then time out), so callers run them one after the other.
@@ -197,5 +243,5 @@ def run_client_suite(command: list[str], era: str, out_dir: Path, expected: Sequ
     base = [str(entry), "client", "--command", " ".join(command), "--timeout", "60000", "--spec-version", era]
     subprocess.run(
         [*base, "--suite", "all", "-o", str(out_dir)], env=node_env(), capture_output=True, timeout=600
-    )  # its exit status says whether anything failed; the verdicts are read from its files
-    return _again(base, verdicts(out_dir), expected, out_dir)
+    )  # its exit status says whether anything failed; the checks are read from its files
+    return _again(base, results(out_dir), expected, out_dir, baseline)

@@ -3,9 +3,10 @@
 Each scenario's test server is given to the reference client directly (reference_client.py, the
 SDK client driving each scenario as the python-sdk's own conformance client does), and to an omega
 hub as its one downstream, driven by the same reference client through a shim that undoes omega's
-`mcp__ref__` names (omega_client.py; its identity is checked below). A scenario that passes
-directly and fails through omega fails the test, unless it is in `KNOWN_GAPS`, which may only
-shrink; the scenario lists are written out, so a suite upgrade cannot silently shrink them. Each
+`mcp__ref__` names (omega_client.py; its identity is checked below). The runs are compared check
+by check: a check that succeeds directly and does not through omega (fails, becomes a warning, or
+is not made at all, which a passing scenario allows) fails the test, unless it is in `KNOWN_GAPS`,
+which may only shrink; the scenario lists are written out, so a suite upgrade cannot silently shrink them. Each
 of the four runs (two eras, direct and through omega) is one suite invocation running all of its
 scenarios at once, each a copy forked from one warm process (warm.py): importing the SDK anew for
 every scenario would be most of the time.
@@ -59,13 +60,13 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
         "auth/iss-normalized", "auth/metadata-issuer-mismatch",
     ),
 }  # fmt: skip
-KNOWN_GAPS: dict[str, set[str]] = {"2025-11-25": set(), "2026-07-28": set()}
-"""era -> scenarios that still fail through omega: none."""
+KNOWN_GAPS: dict[str, set[tuple[str, str]]] = {"2025-11-25": set(), "2026-07-28": set()}
+"""era -> (scenario, check) pairs that succeed directly and not through omega: none."""
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, bool]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, suite.Checks]]]:
     suite.install()
     out = tmp_path_factory.mktemp("client-conformance")
     socket_path = Path(tempfile.mkdtemp(prefix="omega-warm-")) / "warm.sock"
@@ -75,13 +76,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
     try:
         assert warm.stdout is not None and warm.stdout.readline() == b"ready\n"
         command = [sys.executable, "-S", "-I", str(HERE / "warm_client.py"), str(socket_path)]
-        verdicts = {
-            f"{who}-{era}": suite.run_client_suite([*command, driver], era, out / f"{who}-{era}", SCENARIOS[era])
-            for who, driver in (("direct", "reference"), ("omega", "omega"))
-            for era in SCENARIOS
-        }
-        verdicts["out"] = {str(out): True}  # where the checks are, for the failure messages
-        yield verdicts
+        checks: dict[str, dict[str, suite.Checks]] = {}
+        for who, driver in (("direct", "reference"), ("omega", "omega")):
+            for era, scenarios in SCENARIOS.items():
+                checks[f"{who}-{era}"] = suite.run_client_suite(
+                    [*command, driver], era, out / f"{who}-{era}", scenarios, baseline=checks.get(f"direct-{era}")
+                )
+        checks["out"] = {str(out): {}}  # where the checks are, for the failure messages
+        yield checks
     finally:
         warm.kill()
         warm.wait()
@@ -91,23 +93,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
 
 
 @pytest.mark.parametrize("era", sorted(SCENARIOS))
-def test_the_reference_client_passes_every_client_scenario(runs: dict[str, dict[str, bool]], era: str):
-    verdicts = runs[f"direct-{era}"]
-    missing = set(SCENARIOS[era]) - set(verdicts)
+def test_the_reference_client_passes_every_client_scenario(runs: dict[str, dict[str, suite.Checks]], era: str):
+    checks = runs[f"direct-{era}"]
+    missing = set(SCENARIOS[era]) - set(checks)
     assert not missing, f"the suite no longer runs {sorted(missing)} at {era}"
-    assert [s for s in SCENARIOS[era] if not verdicts[s]] == []
+    assert [s for s in SCENARIOS[era] if not suite.passed(checks[s])] == []
 
 
 @pytest.mark.parametrize("era", sorted(SCENARIOS))
-def test_every_client_scenario_passes_with_omega_as_the_client(runs: dict[str, dict[str, bool]], era: str):
+def test_every_client_scenario_passes_with_omega_as_the_client(runs: dict[str, dict[str, suite.Checks]], era: str):
     direct, through = runs[f"direct-{era}"], runs[f"omega-{era}"]
-    failing = [s for s in SCENARIOS[era] if direct.get(s) and not through.get(s)]
-    unexpected = [s for s in failing if s not in KNOWN_GAPS[era]]
+    losses = {(s, c) for s in SCENARIOS[era] for c in suite.lost(direct.get(s), through.get(s))}
+    unexpected = sorted(losses - KNOWN_GAPS[era])
     out = Path(next(iter(runs["out"]))) / f"omega-{era}"
-    details = [line for s in unexpected for line in suite.failures(out, s.split("/")[-1])]
-    assert unexpected == [], "\n".join(details)
-    healed = sorted(KNOWN_GAPS[era] - set(failing))
-    assert healed == [], f"now passing through omega: remove {healed} from KNOWN_GAPS"
+    details = [line for s, c in unexpected for line in suite.failures(out, s.split("/")[-1], [c])]
+    assert unexpected == [], "\n".join(dict.fromkeys(details))
+    healed = sorted(KNOWN_GAPS[era] - losses)
+    assert healed == [], f"now the same through omega: remove {healed} from KNOWN_GAPS"
 
 
 async def test_the_renaming_shim_changes_nothing_but_the_names():

@@ -553,8 +553,9 @@ async def test_resources_keep_their_uris_and_the_first_server_in_config_order_wi
             shared = await c.read_resource("file:///shared")
             only_b = await c.read_resource("file:///only-b")
             by_template = await c.read_resource("note://7")
-            with pytest.raises(MCPError, match="Unknown resource"):
+            with pytest.raises(MCPError, match="Unknown resource") as nowhere:
                 await c.read_resource("file:///nowhere")
+    assert (nowhere.value.code, nowhere.value.data) == (types.INVALID_PARAMS, {"uri": "file:///nowhere"})  # SEP-2164
     assert uris == ["file:///shared", "file:///only-a", "file:///only-b"]
     assert templates == ["note://{id}"]
     assert shared.contents[0].text == "a has file:///shared"  # type: ignore[union-attr]

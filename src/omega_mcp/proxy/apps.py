@@ -13,6 +13,9 @@ other URI is the server's own.
 A tool whose `_meta.ui.visibility` leaves out `"model"` is for the app alone: it stays listed (the
 host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it,
 `call_tool` refuses it (`app_only`) and the agent loop never offers it to its model (agent/tools.py).
+
+A URI no server offers is `unknown_resource`: -32602 with the URI the client named in `data.uri`
+(SEP-2164), wherever omega answers for a resource (read, subscribe, complete).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from mcp import types
+from mcp.shared.exceptions import MCPError
 
 from omega_mcp.errors import ToolError
 from omega_mcp.names import Route
@@ -37,6 +41,7 @@ __all__ = [
     "server_uri",
     "templates_for_client",
     "tool_for_client",
+    "unknown_resource",
 ]
 
 _SCHEME = "ui://"
@@ -58,6 +63,12 @@ def server_uri(server_name: str, uri: str) -> str:
         return uri
     owner, slash, rest = uri[len(_SCHEME) :].partition("/")
     return f"{_SCHEME}{rest}" if slash and owner.lower() == server_name.lower() else uri
+
+
+def unknown_resource(uri: str) -> MCPError:
+    """The error for a URI no connected server offers, or that the caller may not see: -32602 naming
+    the URI in its message and in `data.uri` (SEP-2164), as the client spelled it."""
+    return MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}", data={"uri": uri})
 
 
 def owner_named(uri: str, server_names: Iterable[str]) -> str | None:

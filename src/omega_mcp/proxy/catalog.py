@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from omega_mcp.names import prompt_name, server_of_prompt
-from omega_mcp.proxy.apps import client_contents, owner_named, server_uri
+from omega_mcp.proxy.apps import client_contents, owner_named, server_uri, unknown_resource
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import Catalog
 
@@ -106,7 +106,7 @@ class Exports:
                 None,
             ) or next((s for _, c, s in self._connected() if any(r.uri == ref.uri for r in c.resources)), None)
             if owner is None:
-                raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {ref.uri}")
+                raise unknown_resource(ref.uri)
             wire_ref = {"type": "ref/resource", "uri": server_uri(owner.spec.server_name, ref.uri)}
         capabilities = owner.capabilities
         if capabilities.completions is None:
@@ -168,7 +168,7 @@ class Exports:
         """
         owner = self.owner_of(uri)
         if owner is None:
-            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+            raise unknown_resource(uri)
         server_name, session = owner
         params = {**(extra or {}), "uri": server_uri(server_name, uri)}
         with self._calling(server_name):

@@ -21,7 +21,7 @@ from typing import Protocol
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from omega_mcp.proxy.apps import server_uri
+from omega_mcp.proxy.apps import server_uri, unknown_resource
 from omega_mcp.proxy.spec import DownstreamSpec
 
 __all__ = ["SubscriptionServer", "Subscriptions"]
@@ -71,7 +71,7 @@ class Subscriptions:
         """
         owner = self._owner(uri)
         if owner is None:
-            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+            raise unknown_resource(uri)
         server_name, session = owner
         resources = session.capabilities.resources
         if resources is None or not resources.subscribe:

@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 
 from omega_mcp._sdk import connection_of
 from omega_mcp.names import server_of_prompt
+from omega_mcp.proxy.apps import unknown_resource
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.server.bridge import ours
 from omega_mcp.server.pages import page
@@ -118,7 +119,7 @@ class CatalogHandlers:
 
     def _check_resource(self, uri: str, *, template: bool = False) -> None:
         if not self._resource_visible(uri, template=template):
-            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown resource: {uri}")
+            raise unknown_resource(uri)
 
     async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         self._remember(ctx.session)
