@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 import mcp
+from mcp import types
 
 from hub_support import hub_client, start_hub
 from waits import deadline
@@ -43,8 +44,15 @@ def _cli(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 async def _fetch(client: mcp.Client) -> tuple[str, dict[str, object], bool, str]:
-    """(description, inputSchema, whether a call failed, the call's text) of mcp__rug__fetch."""
-    tool = next(t for t in (await client.list_tools()).tools if t.name == "mcp__rug__fetch")
+    """(description, inputSchema, whether a call failed, the call's text) of mcp__rug__fetch, once listed
+    (`serve` answers its first list at once, maybe before the server is up: `list_changed` follows)."""
+
+    async def listed() -> types.Tool | None:
+        return next((t for t in (await client.list_tools()).tools if t.name == "mcp__rug__fetch"), None)
+
+    with deadline(30):
+        while not (tool := await listed()):  # noqa: ASYNC110 - bounded poll of a list
+            await anyio.sleep(0.1)
     result = await client.call_tool("mcp__rug__fetch", {"url": "x"})
     return tool.description or "", tool.input_schema, result.is_error, result.content[0].text  # type: ignore[union-attr]
 
