@@ -125,12 +125,43 @@ def _first_sentence(text: str) -> tuple[str, str]:
     return text[: found.start() + 1], text[found.start() + 1 :]
 
 
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_SHARED_MIN_TOOLS = 3  # a server with fewer tools has no boilerplate to tell apart
+
+
+def _shared_sentences(documents: Sequence[ToolDocument]) -> frozenset[str]:
+    """The sentences at least half of a server's tools repeat ("This tool belongs to the X API."): they
+    describe the server, not the tool, so they must not stand as a tool's first sentence."""
+    if len(documents) < _SHARED_MIN_TOOLS:
+        return frozenset()
+    seen: dict[str, int] = {}
+    for document in documents:
+        for sentence in set(_SENTENCES.split(document.description)):
+            seen[sentence] = seen.get(sentence, 0) + 1
+    floor = max(_SHARED_MIN_TOOLS, len(documents) / 2)
+    return frozenset(s for s, n in seen.items() if n >= floor and s.strip())
+
+
+def _own_text(description: str, shared: frozenset[str]) -> tuple[str, str]:
+    """A description without the server's shared sentences, and those sentences (as they came)."""
+    if not shared:
+        return description, ""
+    pieces = _SENTENCES.split(description)
+    own = [p for p in pieces if p not in shared]
+    if len(own) == len(pieces):
+        return description, ""
+    return "\n".join(own), "\n".join(p for p in pieces if p in shared)
+
+
 def _hint_words(document: ToolDocument) -> list[str]:
     return [t for hint in document.hints for t in terms(hint)]
 
 
-def _document_fields(document: ToolDocument) -> list[list[str]]:
-    summary, rest = _first_sentence(document.description)
+def _document_fields(document: ToolDocument, shared: frozenset[str] = frozenset()) -> list[list[str]]:
+    own, common = _own_text(document.description, shared)
+    summary, rest = _first_sentence(own)
+    if common:
+        rest = f"{common}\n{rest}"
     name_terms = [stem(word) for word in split_identifier(document.tool_name)]
     return [
         name_terms,
@@ -173,8 +204,9 @@ def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
     name_sizes: list[int] = []
     names: dict[str, array[int]] = {}
     sums = [0] * len(FIELDS)
+    shared = _shared_sentences(documents)
     for local, document in enumerate(documents):
-        fields = _document_fields(document)
+        fields = _document_fields(document, shared)
         lengths.append(tuple(len(f) for f in fields))
         packed: dict[str, int] = {}
         get = packed.get
