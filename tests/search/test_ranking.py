@@ -9,7 +9,7 @@ import pytest
 from mcp import types
 
 from omega_mcp.search import SearchIndex, ToolDocument
-from omega_mcp.search.text import split_identifier, stem, terms
+from omega_mcp.search.text import quoted_terms, split_identifier, stem, terms
 from omega_mcp.toolsearch import Entry, ToolFinder
 from search_support import catalog_entries, queries
 
@@ -106,6 +106,61 @@ def test_replacing_one_server_reindexes_it_alone_and_removing_forgets_it() -> No
     assert index.search("beta", 5) == []
     index.remove("a")
     assert index.search("alpha", 5) == [] and len(index) == 1
+
+
+def test_a_sentence_every_tool_of_a_server_repeats_does_not_stand_for_each_tool() -> None:
+    # Each tool of "files" opens with the server's boilerplate; the tool's own words come after it.
+    # They must weigh as a first sentence does, or a tool elsewhere whose first sentence merely shares
+    # a word with the query wins.
+    intro = "This tool belongs to the Acme file system, which manages files and folders."
+    own = {
+        "cat": "Display the contents of a file.",
+        "mkdir": "Create a new folder.",
+        "mv": "Move a file to another folder.",
+        "wc": "Count the lines, words and characters of a file.",
+    }
+    index = SearchIndex()
+    index.update(
+        {
+            "files": [doc(name, "files", f"{intro} {text}") for name, text in own.items()],
+            "notes": [doc("note_contents", "notes", "Display note contents. Notes are short texts kept by the app.")],
+        }
+    )
+    assert index.search("display the contents of a file", 1)[0].document.tool_name == "cat"
+    assert index.search("count the lines of the file", 1)[0].document.tool_name == "wc"
+    # The shared sentence still says what the server is about.
+    assert index.rank_servers("acme file system", 1)[0][0] == "files"
+
+
+def test_quoted_values_in_a_step_count_less_than_the_words_around_them() -> None:
+    index = SearchIndex()
+    index.update(
+        {
+            "posting": [doc("post_tweet", "posting", "Post a tweet for the authenticated user.")],
+            "travel": [
+                doc("book_flight", "travel", "Book a flight from one airport to another."),
+                doc("cancel_booking", "travel", "Cancel a flight booking."),
+            ],
+        }
+    )
+    step = "Please tweet this: 'Flight booked from San Francisco, the airport was busy, booking done!'"
+    assert index.search(step, 1)[0].document.tool_name == "post_tweet"
+    # A query of nothing but a quoted value keeps its words at full weight.
+    assert index.search("'book flight'", 1)[0].document.tool_name == "book_flight"
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("Move 'final_report.pdf' to 'temp'", ["final", "report", "pdf", "temp"]),
+        ("it's the users' file 'data.csv'", ["data", "csv"]),
+        ('say "hello world" now', ["hello", "world"]),
+        ("\u2018curly\u2019 and \u201cdouble\u201d", ["curly", "doubl"]),
+        ("don't stop", []),
+    ],
+)
+def test_quoted_terms_are_the_words_inside_quotes_not_after_an_apostrophe(text: str, quoted: list[str]) -> None:
+    assert quoted_terms(text) == quoted
 
 
 def test_the_finder_reindexes_only_the_servers_whose_tools_changed() -> None:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
-from omega_mcp.search.text import expansions, split_identifier, stem, terms
+from omega_mcp.search.text import expansions, quoted_terms, split_identifier, stem, terms
 
 __all__ = ["FIELDS", "Hit", "SearchIndex", "ToolDocument", "Weights"]
 
@@ -100,6 +100,8 @@ class Weights:
     server_lift: float = 1.0
     """For a task (a query of more than `task_words` words): how much its best servers lift their tools."""
     task_words: int = 4
+    quoted: float = 0.3
+    """A query word inside quotes (a value the step names: a file, a message) counts this much (times)."""
     unseen: float = 1.0
     """How much a query word no tool has counts against confidence (times the highest idf)."""
 
@@ -359,7 +361,7 @@ class SearchIndex:
         w = self.weights
         n = self._count
         dfs = self._dfs
-        weights = self._query_weights(primary)
+        weights = self._query_weights(primary, query)
         idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
         common = max(_COMMON_WORD * n, _COMMON_FLOOR)
         walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
@@ -420,15 +422,23 @@ class SearchIndex:
                 if scores[number] and number not in chosen:
                     best.append((scores[number], -number))
         unseen = _idf(n, 0) * w.unseen
-        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
+        own = frozenset(primary)
+        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if word in own)
         return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
 
-    def _query_weights(self, primary: list[str]) -> dict[str, float]:
-        """Each query word at weight 1 (more if repeated), its synonyms the index has at `synonym`."""
+    def _query_weights(self, primary: list[str], query: str) -> dict[str, float]:
+        """Each query word at weight 1 (more if repeated; a quoted one at `quoted`, unless the query is
+        all quotes), its synonyms the index has at `synonym`."""
         n, dfs = self._count, self._dfs
         weights: dict[str, float] = {}
         for word in primary:
             weights[word] = weights.get(word, 0.0) + 1.0
+        quoted = quoted_terms(query)
+        if quoted and len(quoted) < len(primary):
+            cut = 1.0 - self.weights.quoted
+            for word in quoted:
+                if word in weights:
+                    weights[word] -= cut
         for word in expansions(primary):
             if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
                 weights[word] = max(weights.get(word, 0.0), self.weights.synonym)
@@ -446,7 +456,7 @@ class SearchIndex:
         primary = terms(query)
         if not primary or limit <= 0 or not self._count:
             return []
-        coverage, holders_of = self._coverage(self._query_weights(primary))
+        coverage, holders_of = self._coverage(self._query_weights(primary, query))
         if not coverage:
             return []
         evidence: dict[int, list[float]] = {}

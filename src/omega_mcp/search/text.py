@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 
-__all__ = ["STOP_WORDS", "expansions", "split_identifier", "stem", "terms"]
+__all__ = ["STOP_WORDS", "expansions", "quoted_terms", "split_identifier", "stem", "terms"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 # Boundaries inside one alphanumeric run: aB, ABc (acronym end), a1, 1a.
@@ -341,6 +341,21 @@ def terms(text: str) -> list[str]:
     out: list[str] = []
     for token in text.split():
         out.extend(_word_terms(token))
+    return out
+
+
+_QUOTED = re.compile(
+    r"""(?<![A-Za-z0-9])(?:'([^']+)'|"([^"]+)"|\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d)(?![A-Za-z0-9])"""
+)
+
+
+def quoted_terms(text: str) -> list[str]:
+    """The terms of `text` inside quotes (`'report.pdf'`, "Road trip update."): the values a step
+    names (files, messages, titles), which say less about which tool fits than the words around them.
+    An apostrophe inside a word (`it's`, `users'`) opens no quote."""
+    out: list[str] = []
+    for found in _QUOTED.finditer(text):
+        out.extend(terms(next(group for group in found.groups() if group is not None)))
     return out
 
 
