@@ -108,6 +108,20 @@ def test_replacing_one_server_reindexes_it_alone_and_removing_forgets_it() -> No
     assert index.search("alpha", 5) == [] and len(index) == 1
 
 
+def test_a_word_written_in_camel_case_is_found_as_the_one_word_people_type() -> None:
+    # `JavaScript` splits into java + script like an identifier, and is also `javascript`.
+    assert terms("JavaScript") == ["java", "script", "javascript"]
+    index = SearchIndex()
+    index.replace(
+        "browser",
+        [
+            doc("evaluate", "browser", "Evaluate JavaScript expression on page or element"),
+            doc("run_code", "browser", "Run a code snippet in the server process."),
+        ],
+    )
+    assert index.search("run javascript in the page", 1)[0].document.tool_name == "evaluate"
+
+
 def test_a_sentence_every_tool_of_a_server_repeats_does_not_stand_for_each_tool() -> None:
     # Each tool of "files" opens with the server's boilerplate; the tool's own words come after it.
     # They must weigh as a first sentence does, or a tool elsewhere whose first sentence merely shares

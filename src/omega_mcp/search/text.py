@@ -333,7 +333,14 @@ def stem(word: str) -> str:
 
 @functools.lru_cache(maxsize=65536)
 def _word_terms(word: str) -> tuple[str, ...]:
-    return tuple(stem(part) for part in split_identifier(word) if part not in STOP_WORDS)
+    out: list[str] = []
+    for run in _TOKEN.findall(word):
+        parts = [part.lower() for part in _CAMEL.split(run) if part]
+        out.extend(stem(part) for part in parts if part not in STOP_WORDS)
+        if len(parts) > 1 and run.isalpha() and run.lower() not in STOP_WORDS:
+            # A word written in camel case (`JavaScript`, `GitHub`) is also the one word people type.
+            out.append(stem(run.lower()))
+    return tuple(out)
 
 
 def terms(text: str) -> list[str]:
