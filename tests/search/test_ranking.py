@@ -233,3 +233,38 @@ def test_select_finds_every_tool_by_every_name_a_call_accepts() -> None:
         assert [e.name for e in found.entries] == [entry.name] and not found.unknown
     builtin = finder.select(["BASH", "nope"])
     assert [e.name for e in builtin.entries] == ["bash"] and builtin.unknown == ("nope",)
+
+
+def test_the_built_index_weighs_every_posting_as_bm25f_defines_it() -> None:
+    # A guard for the build's shortcuts (per-field counts packed in one integer, postings weighed once
+    # per distinct (tool, counts) pair): every impact equals BM25F computed directly from the fields.
+    from omega_mcp.search.index import (
+        _document_fields,  # pyright: ignore[reportPrivateUsage]
+        _shared_sentences,  # pyright: ignore[reportPrivateUsage]
+    )
+
+    finder = ToolFinder()
+    finder.update(catalog_entries())
+    index = finder.index
+    w = index.weights
+    segments = index._segments.values()  # pyright: ignore[reportPrivateUsage]
+    fields_of = {
+        id(segment): [_document_fields(d, _shared_sentences(segment.documents)) for d in segment.documents]
+        for segment in segments
+    }
+    count = sum(len(s.documents) for s in segments)
+    averages = [
+        max(1.0, sum(len(f[i]) for s in segments for f in fields_of[id(s)]) / count) for i in range(len(w.fields))
+    ]
+    checked = 0
+    for segment in segments:
+        for word, (ids, _) in segment.counts.items():
+            for at, local in enumerate(ids):
+                fields = fields_of[id(segment)][local]
+                tf = sum(
+                    w.fields[i] * min(f[:255].count(word), 255) / (1 - w.b[i] + w.b[i] * len(f) / averages[i])
+                    for i, f in enumerate(fields)
+                )
+                assert segment.impacts[word][at] == pytest.approx(tf * (w.k1 + 1) / (w.k1 + tf), rel=1e-12)
+                checked += 1
+    assert checked > 10_000

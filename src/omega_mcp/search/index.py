@@ -23,11 +23,13 @@ Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocume
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import operator
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -159,15 +161,18 @@ def _hint_words(document: ToolDocument) -> list[str]:
     return [t for hint in document.hints for t in terms(hint)]
 
 
-def _document_fields(document: ToolDocument, shared: frozenset[str] = frozenset()) -> list[list[str]]:
+def _document_fields(
+    document: ToolDocument, shared: frozenset[str] = frozenset(), server_words: list[str] | None = None
+) -> list[list[str]]:
     own, common = _own_text(document.description, shared)
     summary, rest = _first_sentence(own)
     if common:
         rest = f"{common}\n{rest}"
-    name_terms = [stem(word) for word in split_identifier(document.tool_name)]
+    if server_words is None:
+        server_words = [stem(word) for word in split_identifier(document.server or "")]
     return [
-        name_terms,
-        [stem(word) for word in split_identifier(document.server or "")],
+        [stem(word) for word in split_identifier(document.tool_name)],
+        server_words,
         terms(document.title),
         terms(summary),
         terms(rest[:_LONG_TEXT_CHARS]),
@@ -177,6 +182,15 @@ def _document_fields(document: ToolDocument, shared: frozenset[str] = frozenset(
     ]
 
 
+@functools.lru_cache(maxsize=4096)
+def _decode(value: int) -> tuple[tuple[int, int], ...]:
+    """The (field, count) pairs of a packed value, its non-zero fields only (few distinct values exist)."""
+    return tuple((f, (value >> (_BITS * f)) & _MASK) for f in range(len(FIELDS)) if (value >> (_BITS * f)) & _MASK)
+
+
+_COUNTED = 6  # a field of more words than this is counted with a Counter (C), shorter ones word by word
+
+
 @dataclass(slots=True)
 class _Segment:
     """The tools of one server: raw per-field term counts, and impacts for the current averages."""
@@ -184,15 +198,22 @@ class _Segment:
     server: str | None
     documents: list[ToolDocument]
     lengths: list[tuple[int, ...]]
-    counts: dict[str, tuple[array[int], array[int]]]
-    """term → (local documents, ascending; their packed per-field counts: 8 bits a field, `_pack`)."""
+    counts: dict[str, tuple[list[int], list[int]]]
+    """term → (local documents, ascending; the pair of each: an index into `pair_values`). Lists, not
+    arrays: most terms have one or two postings in a segment, where a list is as small and faster made."""
+    pair_values: array[int]
+    """Each distinct (document, packed per-field counts) pair of the segment: its counts, 8 bits a field.
+    A document's postings share few such values (a word once in the description, say), so a segment is
+    weighed pair by pair, not posting by posting."""
+    pair_documents: array[int]
+    """The local document of each pair."""
     name_sizes: list[int]
     """How many distinct words each tool's name has."""
-    names: dict[str, array[int]]
+    names: dict[str, list[int]]
     """term → the local documents whose name has it."""
     server_terms: frozenset[str]
     length_sums: tuple[int, ...]
-    impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
+    impacts: dict[str, list[float]] = field(default_factory=dict[str, list[float]])
     """term → the impact of each of its documents (as in `counts`) for the current field averages."""
     best: dict[str, float] = field(default_factory=dict[str, float])
     """term → its highest impact in this segment: how well the server as a whole covers the term."""
@@ -201,34 +222,60 @@ class _Segment:
 
 
 def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
-    counts: dict[str, tuple[array[int], array[int]]] = {}
+    counts: dict[str, tuple[list[int], list[int]]] = {}
+    find = counts.get
+    pair_values: list[int] = []
+    pair_documents: list[int] = []
     lengths: list[tuple[int, ...]] = []
     name_sizes: list[int] = []
-    names: dict[str, array[int]] = {}
-    sums = [0] * len(FIELDS)
+    names: dict[str, list[int]] = {}
     shared = _shared_sentences(documents)
+    server_words = [stem(word) for word in split_identifier(server or "")]
     for local, document in enumerate(documents):
-        fields = _document_fields(document, shared)
-        lengths.append(tuple(len(f) for f in fields))
+        fields = _document_fields(document, shared, server_words)
+        lengths.append(tuple(map(len, fields)))
         packed: dict[str, int] = {}
         get = packed.get
         for index, words in enumerate(fields):
-            sums[index] += len(words)
+            if not words:
+                continue
             one = 1 << (_BITS * index)
-            for word in words[:_MASK]:  # at most _MASK words a field: no count overflows its bits
-                packed[word] = get(word, 0) + one
+            if len(words) > _COUNTED:  # at most _MASK words a field: no count overflows its bits
+                for word, count in Counter(words[:_MASK]).items():
+                    packed[word] = get(word, 0) + count * one
+            else:
+                for word in words:
+                    packed[word] = get(word, 0) + one
+        pairs: dict[int, int] = {}
         for word, value in packed.items():
-            entry = counts.get(word)
+            pair = pairs.get(value)
+            if pair is None:
+                pair = pairs[value] = len(pair_values)
+                pair_values.append(value)
+                pair_documents.append(local)
+            entry = find(word)
             if entry is None:
-                entry = counts[word] = (array("i"), array("Q"))
-            entry[0].append(local)
-            entry[1].append(value)
+                counts[word] = ([local], [pair])
+            else:
+                entry[0].append(local)
+                entry[1].append(pair)
         name_words = set(fields[_NAME])
         name_sizes.append(len(name_words))
         for word in name_words:
-            names.setdefault(word, array("i")).append(local)
-    server_terms = frozenset(stem(w) for w in split_identifier(server or ""))
-    return _Segment(server, list(documents), lengths, counts, name_sizes, names, server_terms, tuple(sums))
+            names.setdefault(word, []).append(local)
+    sums = tuple(map(sum, zip(*lengths, strict=True))) if lengths else (0,) * len(FIELDS)
+    return _Segment(
+        server,
+        list(documents),
+        lengths,
+        counts,
+        array("Q", pair_values),
+        array("i", pair_documents),
+        name_sizes,
+        names,
+        frozenset(server_words),
+        sums,
+    )
 
 
 class SearchIndex:
@@ -323,27 +370,21 @@ class SearchIndex:
     def _weigh(self, segment: _Segment) -> None:
         w = self.weights
         k1 = w.k1
+        saturated = k1 + 1.0
         scales = [
             tuple(w.fields[f] / (1.0 - w.b[f] + w.b[f] * lengths[f] / self._averages[f]) for f in range(len(FIELDS)))
             for lengths in segment.lengths
         ]
-        # Many postings of one document share a packed value (once in the description, say): cache.
-        caches: list[dict[int, float]] = [{} for _ in segment.lengths]
-        fields = range(len(FIELDS))
-        impacts: dict[str, array[float]] = {}
-        saturated = k1 + 1.0
-        for word, (ids, packed) in segment.counts.items():
-            values: list[float] = []
-            append = values.append  # bound once: this loop runs once per posting
-            for local, value in zip(ids, packed, strict=True):
-                cache = caches[local]
-                found = cache.get(value)
-                if found is None:
-                    scale = scales[local]
-                    tf = sum(scale[f] * ((value >> (_BITS * f)) & _MASK) for f in fields)
-                    found = cache[value] = tf * saturated / (k1 + tf)
-                append(found)
-            impacts[word] = array("d", values)
+        pair_impacts: list[float] = []
+        append = pair_impacts.append  # bound once: this loop runs once per distinct (document, counts)
+        for value, local in zip(segment.pair_values, segment.pair_documents, strict=True):
+            scale = scales[local]
+            tf = 0.0
+            for f, count in _decode(value):
+                tf += scale[f] * count
+            append(tf * saturated / (k1 + tf))
+        impact_of = pair_impacts.__getitem__
+        impacts = {word: list(map(impact_of, pairs)) for word, (_, pairs) in segment.counts.items()}
         segment.impacts = impacts
         segment.best = {word: max(values) for word, values in impacts.items()}
 
@@ -559,10 +600,10 @@ class SearchIndex:
             posting = segment.counts.get(word)
             if posting is None or not idfs[word]:
                 continue
-            ids, packed = posting
+            ids, pairs = posting
             at = bisect.bisect_left(ids, local)
             if at < len(ids) and ids[at] == local:
-                strength = 1.0 if packed[at] & _STRONG_BITS else self.weights.weak_match
+                strength = 1.0 if segment.pair_values[pairs[at]] & _STRONG_BITS else self.weights.weak_match
                 matched += idfs[word] * min(weight, 1.0) * strength
         confidence = min(1.0, matched / total) if total else 0.0
         return Hit(segment.documents[local], score, confidence)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 __all__ = ["STOP_WORDS", "expansions", "quoted_terms", "split_identifier", "stem", "terms"]
 
@@ -332,23 +333,19 @@ def stem(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _word_terms(word: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for run in _TOKEN.findall(word):
-        parts = [part.lower() for part in _CAMEL.split(run) if part]
-        out.extend(stem(part) for part in parts if part not in STOP_WORDS)
-        if len(parts) > 1 and run.isalpha() and run.lower() not in STOP_WORDS:
-            # A word written in camel case (`JavaScript`, `GitHub`) is also the one word people type.
-            out.append(stem(run.lower()))
+def _run_terms(run: str) -> tuple[str, ...]:
+    """The terms of one run of letters and digits."""
+    parts = [part.lower() for part in _CAMEL.split(run) if part]
+    out = [stem(part) for part in parts if part not in STOP_WORDS]
+    if len(parts) > 1 and run.isalpha() and run.lower() not in STOP_WORDS:
+        # A word written in camel case (`JavaScript`, `GitHub`) is also the one word people type.
+        out.append(stem(run.lower()))
     return tuple(out)
 
 
 def terms(text: str) -> list[str]:
     """The index terms of a text: words split as identifiers, stop words dropped, stemmed."""
-    out: list[str] = []
-    for token in text.split():
-        out.extend(_word_terms(token))
-    return out
+    return list(chain.from_iterable(map(_run_terms, _TOKEN.findall(text))))
 
 
 _QUOTED = re.compile(
