@@ -188,6 +188,7 @@ def _decode(value: int) -> tuple[tuple[int, int], ...]:
     return tuple((f, (value >> (_BITS * f)) & _MASK) for f in range(len(FIELDS)) if (value >> (_BITS * f)) & _MASK)
 
 
+_SHORT_POSTINGS = 8  # up to this many postings a term's impacts are a list (cheaper made), beyond an array
 _COUNTED = 6  # a field of more words than this is counted with a Counter (C), shorter ones word by word
 
 
@@ -213,8 +214,9 @@ class _Segment:
     """term → the local documents whose name has it."""
     server_terms: frozenset[str]
     length_sums: tuple[int, ...]
-    impacts: dict[str, list[float]] = field(default_factory=dict[str, list[float]])
-    """term → the impact of each of its documents (as in `counts`) for the current field averages."""
+    impacts: dict[str, Sequence[float]] = field(default_factory=dict[str, Sequence[float]])
+    """term → the impact of each of its documents (as in `counts`) for the current field averages: an
+    array of doubles for a long posting list (walked contiguously by a query), a list for a short one."""
     best: dict[str, float] = field(default_factory=dict[str, float])
     """term → its highest impact in this segment: how well the server as a whole covers the term."""
     base: int = 0
@@ -262,7 +264,11 @@ def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
         name_words = set(fields[_NAME])
         name_sizes.append(len(name_words))
         for word in name_words:
-            names.setdefault(word, []).append(local)
+            holders = names.get(word)
+            if holders is None:
+                names[word] = [local]
+            else:
+                holders.append(local)
     sums = tuple(map(sum, zip(*lengths, strict=True))) if lengths else (0,) * len(FIELDS)
     return _Segment(
         server,
@@ -319,10 +325,15 @@ class SearchIndex:
                 self._unlink(old)
             segment = _segment(server, documents)
             self._segments[server] = segment
-            dfs = self._dfs
+            dfs, by_term = self._dfs, self._by_term
             for word, (ids, _) in segment.counts.items():
-                self._by_term.setdefault(word, []).append(segment)
-                dfs[word] = dfs.get(word, 0) + len(ids)
+                holders = by_term.get(word)
+                if holders is None:
+                    by_term[word] = [segment]
+                    dfs[word] = len(ids)
+                else:
+                    holders.append(segment)
+                    dfs[word] += len(ids)
             for word in segment.server_terms:
                 self._by_server_word.setdefault(word, []).append(segment)
             touched.append(segment)
@@ -384,7 +395,10 @@ class SearchIndex:
                 tf += scale[f] * count
             append(tf * saturated / (k1 + tf))
         impact_of = pair_impacts.__getitem__
-        impacts = {word: list(map(impact_of, pairs)) for word, (_, pairs) in segment.counts.items()}
+        impacts: dict[str, Sequence[float]] = {
+            word: array("d", map(impact_of, pairs)) if len(pairs) > _SHORT_POSTINGS else list(map(impact_of, pairs))
+            for word, (_, pairs) in segment.counts.items()
+        }
         segment.impacts = impacts
         segment.best = {word: max(values) for word, values in impacts.items()}
 
