@@ -133,24 +133,29 @@ _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _SHARED_MIN_TOOLS = 3  # a server with fewer tools has no boilerplate to tell apart
 
 
-def _shared_sentences(documents: Sequence[ToolDocument]) -> frozenset[str]:
+def _shared_sentences(documents: Sequence[ToolDocument], split: Sequence[list[str]] | None = None) -> frozenset[str]:
     """The sentences at least half of a server's tools repeat ("This tool belongs to the X API."): they
-    describe the server, not the tool, so they must not stand as a tool's first sentence."""
+    describe the server, not the tool, so they must not stand as a tool's first sentence. `split`: each
+    description's sentences (`_SENTENCES`), when the caller has them."""
     if len(documents) < _SHARED_MIN_TOOLS:
         return frozenset()
+    if split is None:
+        split = [_SENTENCES.split(document.description) for document in documents]
     seen: dict[str, int] = {}
-    for document in documents:
-        for sentence in set(_SENTENCES.split(document.description)):
+    for pieces in split:
+        for sentence in set(pieces):
             seen[sentence] = seen.get(sentence, 0) + 1
     floor = max(_SHARED_MIN_TOOLS, len(documents) / 2)
     return frozenset(s for s, n in seen.items() if n >= floor and s.strip())
 
 
-def _own_text(description: str, shared: frozenset[str]) -> tuple[str, str]:
-    """A description without the server's shared sentences, and those sentences (as they came)."""
+def _own_text(description: str, shared: frozenset[str], pieces: list[str] | None = None) -> tuple[str, str]:
+    """A description without the server's shared sentences, and those sentences (as they came);
+    `pieces`: its sentences, when the caller has them."""
     if not shared:
         return description, ""
-    pieces = _SENTENCES.split(description)
+    if pieces is None:
+        pieces = _SENTENCES.split(description)
     own = [p for p in pieces if p not in shared]
     if len(own) == len(pieces):
         return description, ""
@@ -162,9 +167,12 @@ def _hint_words(document: ToolDocument) -> list[str]:
 
 
 def _document_fields(
-    document: ToolDocument, shared: frozenset[str] = frozenset(), server_words: list[str] | None = None
+    document: ToolDocument,
+    shared: frozenset[str] = frozenset(),
+    server_words: list[str] | None = None,
+    sentences: list[str] | None = None,
 ) -> list[list[str]]:
-    own, common = _own_text(document.description, shared)
+    own, common = _own_text(document.description, shared, sentences)
     summary, rest = _first_sentence(own)
     if common:
         rest = f"{common}\n{rest}"
@@ -231,10 +239,11 @@ def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
     lengths: list[tuple[int, ...]] = []
     name_sizes: list[int] = []
     names: dict[str, list[int]] = {}
-    shared = _shared_sentences(documents)
+    split = [_SENTENCES.split(d.description) for d in documents] if len(documents) >= _SHARED_MIN_TOOLS else None
+    shared = _shared_sentences(documents, split)
     server_words = [stem(word) for word in split_identifier(server or "")]
     for local, document in enumerate(documents):
-        fields = _document_fields(document, shared, server_words)
+        fields = _document_fields(document, shared, server_words, split[local] if split and shared else None)
         lengths.append(tuple(map(len, fields)))
         packed: dict[str, int] = {}
         get = packed.get
