@@ -268,3 +268,22 @@ def test_the_built_index_weighs_every_posting_as_bm25f_defines_it() -> None:
                 assert segment.impacts[word][at] == pytest.approx(tf * (w.k1 + 1) / (w.k1 + tf), rel=1e-12)
                 checked += 1
     assert checked > 10_000
+
+
+def test_a_build_pauses_the_cyclic_collector_and_restores_it_even_when_it_fails() -> None:
+    import gc
+
+    index = SearchIndex()
+    assert gc.isenabled()
+    index.replace("a", [doc("alpha_tool", "a", "Alpha things")])
+    assert gc.isenabled()
+    with pytest.raises(AttributeError):
+        index.replace("b", [object()])  # type: ignore[list-item]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        index.replace("c", [doc("gamma_tool", "c", "Gamma things")])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+    assert [h.document.tool_name for h in index.search("gamma", 5)] == ["gamma_tool"]

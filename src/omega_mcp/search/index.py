@@ -23,14 +23,16 @@ Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocume
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
+import gc
 import heapq
 import math
 import operator
 import re
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -293,6 +295,21 @@ def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
     )
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Generator[None]:
+    """A build allocates about a hundred small lists and tuples per tool and makes no reference cycles,
+    yet the cyclic collector's passes over the growing heap cost as much CPU as the build itself (at
+    10,000 tools: half of it). It pauses for the build; reference counting still frees everything."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class SearchIndex:
     """Tool documents grouped by server, searchable by keywords.
 
@@ -323,6 +340,10 @@ class SearchIndex:
 
     def update(self, changed: Mapping[str | None, Sequence[ToolDocument]], removed: Iterable[str | None] = ()) -> None:
         """Index the `changed` servers' documents (replacing what they had) and forget `removed`."""
+        with _collector_paused():
+            self._update(changed, removed)
+
+    def _update(self, changed: Mapping[str | None, Sequence[ToolDocument]], removed: Iterable[str | None]) -> None:
         touched: list[_Segment] = []
         for server in removed:
             old = self._segments.pop(server, None)
