@@ -198,7 +198,6 @@ def _decode(value: int) -> tuple[tuple[int, int], ...]:
     return tuple((f, (value >> (_BITS * f)) & _MASK) for f in range(len(FIELDS)) if (value >> (_BITS * f)) & _MASK)
 
 
-_SHORT_POSTINGS = 8  # up to this many postings a term's impacts are a list (cheaper made), beyond an array
 _COUNTED = 6  # a field of more words than this is counted with a Counter (C), shorter ones word by word
 
 
@@ -224,9 +223,9 @@ class _Segment:
     """term → the local documents whose name has it."""
     server_terms: frozenset[str]
     length_sums: tuple[int, ...]
-    impacts: dict[str, Sequence[float]] = field(default_factory=dict[str, Sequence[float]])
-    """term → the impact of each of its documents (as in `counts`) for the current field averages: an
-    array of doubles for a long posting list (walked contiguously by a query), a list for a short one."""
+    impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
+    """term → the impact of each of its documents (as in `counts`) for the current field averages (an
+    array of doubles: a query walks it contiguously, and the garbage collector does not)."""
     best: dict[str, float] = field(default_factory=dict[str, float])
     """term → its highest impact in this segment: how well the server as a whole covers the term."""
     base: int = 0
@@ -425,10 +424,7 @@ class SearchIndex:
                 tf += scale[f] * count
             append(tf * saturated / (k1 + tf))
         impact_of = pair_impacts.__getitem__
-        impacts: dict[str, Sequence[float]] = {
-            word: array("d", map(impact_of, pairs)) if len(pairs) > _SHORT_POSTINGS else list(map(impact_of, pairs))
-            for word, (_, pairs) in segment.counts.items()
-        }
+        impacts = {word: array("d", map(impact_of, pairs)) for word, (_, pairs) in segment.counts.items()}
         segment.impacts = impacts
         segment.best = {word: max(values) for word, values in impacts.items()}
 
