@@ -9,7 +9,9 @@ The server/tool hierarchy counts twice: the server key is a field, and naming a 
 multiplies its tools' scores. A tool whose name words are all in the query gets a bonus. Synonyms
 expand the query at a reduced weight. Each hit carries a confidence: the idf-weighted share of the
 query's own words that it matches (a word no tool has counts fully against it), which is how "no
-tool fits" is told from a weak fit.
+tool fits" is told from a weak fit. A sentence most of a server's tools repeat (its boilerplate) is
+not a tool's first sentence but part of its description body; a quoted query word (a value the step
+names) counts `quoted` of the others.
 Servers are ranked too (`rank_servers`): a server is one document of all its tools (each query word
 at its rarity among servers times its best impact in any of the server's tools), plus its best
 tools' scores; for a task (a query of more than `task_words` words) the tools of the servers that
@@ -17,6 +19,8 @@ cover most of it are lifted, so the answer shows the best tools of the best serv
 `_LARGE_CATALOG` tools a long query walks only its rarest words; the others re-rank the candidates.
 A segment per server keeps re-indexing cheap: when one server's tools change only its segment is
 rebuilt, and the others are re-weighted (not re-tokenized) only if the average field lengths drifted.
+A segment is weighed once per distinct (tool, per-field counts) pair, and a build pauses the cyclic
+garbage collector (it makes no cycles, and the collector's passes cost as much as the build).
 Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocument`s.
 """
 
