@@ -9,7 +9,7 @@ import pytest
 from mcp import types
 
 from omega_mcp.search import SearchIndex, ToolDocument
-from omega_mcp.search.text import split_identifier, stem, terms
+from omega_mcp.search.text import quoted_terms, split_identifier, stem, terms
 from omega_mcp.toolsearch import Entry, ToolFinder
 from search_support import catalog_entries, queries
 
@@ -108,6 +108,75 @@ def test_replacing_one_server_reindexes_it_alone_and_removing_forgets_it() -> No
     assert index.search("alpha", 5) == [] and len(index) == 1
 
 
+def test_a_word_written_in_camel_case_is_found_as_the_one_word_people_type() -> None:
+    # `JavaScript` splits into java + script like an identifier, and is also `javascript`.
+    assert terms("JavaScript") == ["java", "script", "javascript"]
+    index = SearchIndex()
+    index.replace(
+        "browser",
+        [
+            doc("evaluate", "browser", "Evaluate JavaScript expression on page or element"),
+            doc("run_code", "browser", "Run a code snippet in the server process."),
+        ],
+    )
+    assert index.search("run javascript in the page", 1)[0].document.tool_name == "evaluate"
+
+
+def test_a_sentence_every_tool_of_a_server_repeats_does_not_stand_for_each_tool() -> None:
+    # Each tool of "files" opens with the server's boilerplate; the tool's own words come after it.
+    # They must weigh as a first sentence does, or a tool elsewhere whose first sentence merely shares
+    # a word with the query wins.
+    intro = "This tool belongs to the Acme file system, which manages files and folders."
+    own = {
+        "cat": "Display the contents of a file.",
+        "mkdir": "Create a new folder.",
+        "mv": "Move a file to another folder.",
+        "wc": "Count the lines, words and characters of a file.",
+    }
+    index = SearchIndex()
+    index.update(
+        {
+            "files": [doc(name, "files", f"{intro} {text}") for name, text in own.items()],
+            "notes": [doc("note_contents", "notes", "Display note contents. Notes are short texts kept by the app.")],
+        }
+    )
+    assert index.search("display the contents of a file", 1)[0].document.tool_name == "cat"
+    assert index.search("count the lines of the file", 1)[0].document.tool_name == "wc"
+    # The shared sentence still says what the server is about.
+    assert index.rank_servers("acme file system", 1)[0][0] == "files"
+
+
+def test_quoted_values_in_a_step_count_less_than_the_words_around_them() -> None:
+    index = SearchIndex()
+    index.update(
+        {
+            "posting": [doc("post_tweet", "posting", "Post a tweet for the authenticated user.")],
+            "travel": [
+                doc("book_flight", "travel", "Book a flight from one airport to another."),
+                doc("cancel_booking", "travel", "Cancel a flight booking."),
+            ],
+        }
+    )
+    step = "Please tweet this: 'Flight booked from San Francisco, the airport was busy, booking done!'"
+    assert index.search(step, 1)[0].document.tool_name == "post_tweet"
+    # A query of nothing but a quoted value keeps its words at full weight.
+    assert index.search("'book flight'", 1)[0].document.tool_name == "book_flight"
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("Move 'final_report.pdf' to 'temp'", ["final", "report", "pdf", "temp"]),
+        ("it's the users' file 'data.csv'", ["data", "csv"]),
+        ('say "hello world" now', ["hello", "world"]),
+        ("\u2018curly\u2019 and \u201cdouble\u201d", ["curly", "doubl"]),
+        ("don't stop", []),
+    ],
+)
+def test_quoted_terms_are_the_words_inside_quotes_not_after_an_apostrophe(text: str, quoted: list[str]) -> None:
+    assert quoted_terms(text) == quoted
+
+
 def test_the_finder_reindexes_only_the_servers_whose_tools_changed() -> None:
     entries = catalog_entries()
     finder = ToolFinder()
@@ -164,3 +233,57 @@ def test_select_finds_every_tool_by_every_name_a_call_accepts() -> None:
         assert [e.name for e in found.entries] == [entry.name] and not found.unknown
     builtin = finder.select(["BASH", "nope"])
     assert [e.name for e in builtin.entries] == ["bash"] and builtin.unknown == ("nope",)
+
+
+def test_the_built_index_weighs_every_posting_as_bm25f_defines_it() -> None:
+    # A guard for the build's shortcuts (per-field counts packed in one integer, postings weighed once
+    # per distinct (tool, counts) pair): every impact equals BM25F computed directly from the fields.
+    from omega_mcp.search.index import (
+        _document_fields,  # pyright: ignore[reportPrivateUsage]
+        _shared_sentences,  # pyright: ignore[reportPrivateUsage]
+    )
+
+    finder = ToolFinder()
+    finder.update(catalog_entries())
+    index = finder.index
+    w = index.weights
+    segments = index._segments.values()  # pyright: ignore[reportPrivateUsage]
+    fields_of = {
+        id(segment): [_document_fields(d, _shared_sentences(segment.documents)) for d in segment.documents]
+        for segment in segments
+    }
+    count = sum(len(s.documents) for s in segments)
+    averages = [
+        max(1.0, sum(len(f[i]) for s in segments for f in fields_of[id(s)]) / count) for i in range(len(w.fields))
+    ]
+    checked = 0
+    for segment in segments:
+        for word, (ids, _) in segment.counts.items():
+            for at, local in enumerate(ids):
+                fields = fields_of[id(segment)][local]
+                tf = sum(
+                    w.fields[i] * min(f[:255].count(word), 255) / (1 - w.b[i] + w.b[i] * len(f) / averages[i])
+                    for i, f in enumerate(fields)
+                )
+                assert segment.impacts[word][at] == pytest.approx(tf * (w.k1 + 1) / (w.k1 + tf), rel=1e-12)
+                checked += 1
+    assert checked > 10_000
+
+
+def test_a_build_pauses_the_cyclic_collector_and_restores_it_even_when_it_fails() -> None:
+    import gc
+
+    index = SearchIndex()
+    assert gc.isenabled()
+    index.replace("a", [doc("alpha_tool", "a", "Alpha things")])
+    assert gc.isenabled()
+    with pytest.raises(AttributeError):
+        index.replace("b", [object()])  # type: ignore[list-item]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        index.replace("c", [doc("gamma_tool", "c", "Gamma things")])
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
+    assert [h.document.tool_name for h in index.search("gamma", 5)] == ["gamma_tool"]

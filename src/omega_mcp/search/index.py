@@ -9,7 +9,9 @@ The server/tool hierarchy counts twice: the server key is a field, and naming a 
 multiplies its tools' scores. A tool whose name words are all in the query gets a bonus. Synonyms
 expand the query at a reduced weight. Each hit carries a confidence: the idf-weighted share of the
 query's own words that it matches (a word no tool has counts fully against it), which is how "no
-tool fits" is told from a weak fit.
+tool fits" is told from a weak fit. A sentence most of a server's tools repeat (its boilerplate) is
+not a tool's first sentence but part of its description body; a quoted query word (a value the step
+names) counts `quoted` of the others.
 Servers are ranked too (`rank_servers`): a server is one document of all its tools (each query word
 at its rarity among servers times its best impact in any of the server's tools), plus its best
 tools' scores; for a task (a query of more than `task_words` words) the tools of the servers that
@@ -17,22 +19,28 @@ cover most of it are lifted, so the answer shows the best tools of the best serv
 `_LARGE_CATALOG` tools a long query walks only its rarest words; the others re-rank the candidates.
 A segment per server keeps re-indexing cheap: when one server's tools change only its segment is
 rebuilt, and the others are re-weighted (not re-tokenized) only if the average field lengths drifted.
+A segment is weighed once per distinct (tool, per-field counts) pair, and a build pauses the cyclic
+garbage collector (it makes no cycles, and the collector's passes cost as much as the build).
 Pure Python, no I/O, no MCP types: the callers turn their tools into `ToolDocument`s.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import functools
+import gc
 import heapq
 import math
 import operator
 import re
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
-from omega_mcp.search.text import expansions, split_identifier, stem, terms
+from omega_mcp.search.text import expansions, quoted_terms, split_identifier, stem, terms
 
 __all__ = ["FIELDS", "Hit", "SearchIndex", "ToolDocument", "Weights"]
 
@@ -100,6 +108,8 @@ class Weights:
     server_lift: float = 1.0
     """For a task (a query of more than `task_words` words): how much its best servers lift their tools."""
     task_words: int = 4
+    quoted: float = 0.3
+    """A query word inside quotes (a value the step names: a file, a message) counts this much (times)."""
     unseen: float = 1.0
     """How much a query word no tool has counts against confidence (times the highest idf)."""
 
@@ -125,16 +135,58 @@ def _first_sentence(text: str) -> tuple[str, str]:
     return text[: found.start() + 1], text[found.start() + 1 :]
 
 
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+_SHARED_MIN_TOOLS = 3  # a server with fewer tools has no boilerplate to tell apart
+
+
+def _shared_sentences(documents: Sequence[ToolDocument], split: Sequence[list[str]] | None = None) -> frozenset[str]:
+    """The sentences at least half of a server's tools repeat ("This tool belongs to the X API."): they
+    describe the server, not the tool, so they must not stand as a tool's first sentence. `split`: each
+    description's sentences (`_SENTENCES`), when the caller has them."""
+    if len(documents) < _SHARED_MIN_TOOLS:
+        return frozenset()
+    if split is None:
+        split = [_SENTENCES.split(document.description) for document in documents]
+    seen: dict[str, int] = {}
+    for pieces in split:
+        for sentence in set(pieces):
+            seen[sentence] = seen.get(sentence, 0) + 1
+    floor = max(_SHARED_MIN_TOOLS, len(documents) / 2)
+    return frozenset(s for s, n in seen.items() if n >= floor and s.strip())
+
+
+def _own_text(description: str, shared: frozenset[str], pieces: list[str] | None = None) -> tuple[str, str]:
+    """A description without the server's shared sentences, and those sentences (as they came);
+    `pieces`: its sentences, when the caller has them."""
+    if not shared:
+        return description, ""
+    if pieces is None:
+        pieces = _SENTENCES.split(description)
+    own = [p for p in pieces if p not in shared]
+    if len(own) == len(pieces):
+        return description, ""
+    return "\n".join(own), "\n".join(p for p in pieces if p in shared)
+
+
 def _hint_words(document: ToolDocument) -> list[str]:
     return [t for hint in document.hints for t in terms(hint)]
 
 
-def _document_fields(document: ToolDocument) -> list[list[str]]:
-    summary, rest = _first_sentence(document.description)
-    name_terms = [stem(word) for word in split_identifier(document.tool_name)]
+def _document_fields(
+    document: ToolDocument,
+    shared: frozenset[str] = frozenset(),
+    server_words: list[str] | None = None,
+    sentences: list[str] | None = None,
+) -> list[list[str]]:
+    own, common = _own_text(document.description, shared, sentences)
+    summary, rest = _first_sentence(own)
+    if common:
+        rest = f"{common}\n{rest}"
+    if server_words is None:
+        server_words = [stem(word) for word in split_identifier(document.server or "")]
     return [
-        name_terms,
-        [stem(word) for word in split_identifier(document.server or "")],
+        [stem(word) for word in split_identifier(document.tool_name)],
+        server_words,
         terms(document.title),
         terms(summary),
         terms(rest[:_LONG_TEXT_CHARS]),
@@ -144,6 +196,15 @@ def _document_fields(document: ToolDocument) -> list[list[str]]:
     ]
 
 
+@functools.lru_cache(maxsize=4096)
+def _decode(value: int) -> tuple[tuple[int, int], ...]:
+    """The (field, count) pairs of a packed value, its non-zero fields only (few distinct values exist)."""
+    return tuple((f, (value >> (_BITS * f)) & _MASK) for f in range(len(FIELDS)) if (value >> (_BITS * f)) & _MASK)
+
+
+_COUNTED = 6  # a field of more words than this is counted with a Counter (C), shorter ones word by word
+
+
 @dataclass(slots=True)
 class _Segment:
     """The tools of one server: raw per-field term counts, and impacts for the current averages."""
@@ -151,16 +212,24 @@ class _Segment:
     server: str | None
     documents: list[ToolDocument]
     lengths: list[tuple[int, ...]]
-    counts: dict[str, tuple[array[int], array[int]]]
-    """term → (local documents, ascending; their packed per-field counts: 8 bits a field, `_pack`)."""
+    counts: dict[str, tuple[list[int], list[int]]]
+    """term → (local documents, ascending; the pair of each: an index into `pair_values`). Lists, not
+    arrays: most terms have one or two postings in a segment, where a list is as small and faster made."""
+    pair_values: array[int]
+    """Each distinct (document, packed per-field counts) pair of the segment: its counts, 8 bits a field.
+    A document's postings share few such values (a word once in the description, say), so a segment is
+    weighed pair by pair, not posting by posting."""
+    pair_documents: array[int]
+    """The local document of each pair."""
     name_sizes: list[int]
     """How many distinct words each tool's name has."""
-    names: dict[str, array[int]]
+    names: dict[str, list[int]]
     """term → the local documents whose name has it."""
     server_terms: frozenset[str]
     length_sums: tuple[int, ...]
     impacts: dict[str, array[float]] = field(default_factory=dict[str, "array[float]"])
-    """term → the impact of each of its documents (as in `counts`) for the current field averages."""
+    """term → the impact of each of its documents (as in `counts`) for the current field averages (an
+    array of doubles: a query walks it contiguously, and the garbage collector does not)."""
     best: dict[str, float] = field(default_factory=dict[str, float])
     """term → its highest impact in this segment: how well the server as a whole covers the term."""
     base: int = 0
@@ -168,33 +237,80 @@ class _Segment:
 
 
 def _segment(server: str | None, documents: Sequence[ToolDocument]) -> _Segment:
-    counts: dict[str, tuple[array[int], array[int]]] = {}
+    counts: dict[str, tuple[list[int], list[int]]] = {}
+    find = counts.get
+    pair_values: list[int] = []
+    pair_documents: list[int] = []
     lengths: list[tuple[int, ...]] = []
     name_sizes: list[int] = []
-    names: dict[str, array[int]] = {}
-    sums = [0] * len(FIELDS)
+    names: dict[str, list[int]] = {}
+    split = [_SENTENCES.split(d.description) for d in documents] if len(documents) >= _SHARED_MIN_TOOLS else None
+    shared = _shared_sentences(documents, split)
+    server_words = [stem(word) for word in split_identifier(server or "")]
     for local, document in enumerate(documents):
-        fields = _document_fields(document)
-        lengths.append(tuple(len(f) for f in fields))
+        fields = _document_fields(document, shared, server_words, split[local] if split and shared else None)
+        lengths.append(tuple(map(len, fields)))
         packed: dict[str, int] = {}
         get = packed.get
         for index, words in enumerate(fields):
-            sums[index] += len(words)
+            if not words:
+                continue
             one = 1 << (_BITS * index)
-            for word in words[:_MASK]:  # at most _MASK words a field: no count overflows its bits
-                packed[word] = get(word, 0) + one
+            if len(words) > _COUNTED:  # at most _MASK words a field: no count overflows its bits
+                for word, count in Counter(words[:_MASK]).items():
+                    packed[word] = get(word, 0) + count * one
+            else:
+                for word in words:
+                    packed[word] = get(word, 0) + one
+        pairs: dict[int, int] = {}
         for word, value in packed.items():
-            entry = counts.get(word)
+            pair = pairs.get(value)
+            if pair is None:
+                pair = pairs[value] = len(pair_values)
+                pair_values.append(value)
+                pair_documents.append(local)
+            entry = find(word)
             if entry is None:
-                entry = counts[word] = (array("i"), array("Q"))
-            entry[0].append(local)
-            entry[1].append(value)
+                counts[word] = ([local], [pair])
+            else:
+                entry[0].append(local)
+                entry[1].append(pair)
         name_words = set(fields[_NAME])
         name_sizes.append(len(name_words))
         for word in name_words:
-            names.setdefault(word, array("i")).append(local)
-    server_terms = frozenset(stem(w) for w in split_identifier(server or ""))
-    return _Segment(server, list(documents), lengths, counts, name_sizes, names, server_terms, tuple(sums))
+            holders = names.get(word)
+            if holders is None:
+                names[word] = [local]
+            else:
+                holders.append(local)
+    sums = tuple(map(sum, zip(*lengths, strict=True))) if lengths else (0,) * len(FIELDS)
+    return _Segment(
+        server,
+        list(documents),
+        lengths,
+        counts,
+        array("Q", pair_values),
+        array("i", pair_documents),
+        name_sizes,
+        names,
+        frozenset(server_words),
+        sums,
+    )
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Generator[None]:
+    """A build allocates about a hundred small lists and tuples per tool and makes no reference cycles,
+    yet the cyclic collector's passes over the growing heap cost as much CPU as the build itself (at
+    10,000 tools: half of it). It pauses for the build; reference counting still frees everything."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class SearchIndex:
@@ -227,6 +343,10 @@ class SearchIndex:
 
     def update(self, changed: Mapping[str | None, Sequence[ToolDocument]], removed: Iterable[str | None] = ()) -> None:
         """Index the `changed` servers' documents (replacing what they had) and forget `removed`."""
+        with _collector_paused():
+            self._update(changed, removed)
+
+    def _update(self, changed: Mapping[str | None, Sequence[ToolDocument]], removed: Iterable[str | None]) -> None:
         touched: list[_Segment] = []
         for server in removed:
             old = self._segments.pop(server, None)
@@ -238,10 +358,15 @@ class SearchIndex:
                 self._unlink(old)
             segment = _segment(server, documents)
             self._segments[server] = segment
-            dfs = self._dfs
+            dfs, by_term = self._dfs, self._by_term
             for word, (ids, _) in segment.counts.items():
-                self._by_term.setdefault(word, []).append(segment)
-                dfs[word] = dfs.get(word, 0) + len(ids)
+                holders = by_term.get(word)
+                if holders is None:
+                    by_term[word] = [segment]
+                    dfs[word] = len(ids)
+                else:
+                    holders.append(segment)
+                    dfs[word] += len(ids)
             for word in segment.server_terms:
                 self._by_server_word.setdefault(word, []).append(segment)
             touched.append(segment)
@@ -289,27 +414,21 @@ class SearchIndex:
     def _weigh(self, segment: _Segment) -> None:
         w = self.weights
         k1 = w.k1
+        saturated = k1 + 1.0
         scales = [
             tuple(w.fields[f] / (1.0 - w.b[f] + w.b[f] * lengths[f] / self._averages[f]) for f in range(len(FIELDS)))
             for lengths in segment.lengths
         ]
-        # Many postings of one document share a packed value (once in the description, say): cache.
-        caches: list[dict[int, float]] = [{} for _ in segment.lengths]
-        fields = range(len(FIELDS))
-        impacts: dict[str, array[float]] = {}
-        saturated = k1 + 1.0
-        for word, (ids, packed) in segment.counts.items():
-            values: list[float] = []
-            append = values.append  # bound once: this loop runs once per posting
-            for local, value in zip(ids, packed, strict=True):
-                cache = caches[local]
-                found = cache.get(value)
-                if found is None:
-                    scale = scales[local]
-                    tf = sum(scale[f] * ((value >> (_BITS * f)) & _MASK) for f in fields)
-                    found = cache[value] = tf * saturated / (k1 + tf)
-                append(found)
-            impacts[word] = array("d", values)
+        pair_impacts: list[float] = []
+        append = pair_impacts.append  # bound once: this loop runs once per distinct (document, counts)
+        for value, local in zip(segment.pair_values, segment.pair_documents, strict=True):
+            scale = scales[local]
+            tf = 0.0
+            for f, count in _decode(value):
+                tf += scale[f] * count
+            append(tf * saturated / (k1 + tf))
+        impact_of = pair_impacts.__getitem__
+        impacts = {word: array("d", map(impact_of, pairs)) for word, (_, pairs) in segment.counts.items()}
         segment.impacts = impacts
         segment.best = {word: max(values) for word, values in impacts.items()}
 
@@ -327,7 +446,7 @@ class SearchIndex:
         w = self.weights
         n = self._count
         dfs = self._dfs
-        weights = self._query_weights(primary)
+        weights = self._query_weights(primary, query)
         idfs = {word: _idf(n, dfs[word]) if word in dfs else 0.0 for word in weights}
         common = max(_COMMON_WORD * n, _COMMON_FLOOR)
         walked = [word for word in weights if 0 < dfs.get(word, 0) <= common]
@@ -388,15 +507,23 @@ class SearchIndex:
                 if scores[number] and number not in chosen:
                     best.append((scores[number], -number))
         unseen = _idf(n, 0) * w.unseen
-        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if count >= 1.0)
+        own = frozenset(primary)
+        total = sum((idfs[word] or unseen) * count for word, count in weights.items() if word in own)
         return [self._hit(-negated, score, weights, idfs, total) for score, negated in best]
 
-    def _query_weights(self, primary: list[str]) -> dict[str, float]:
-        """Each query word at weight 1 (more if repeated), its synonyms the index has at `synonym`."""
+    def _query_weights(self, primary: list[str], query: str) -> dict[str, float]:
+        """Each query word at weight 1 (more if repeated; a quoted one at `quoted`, unless the query is
+        all quotes), its synonyms the index has at `synonym`."""
         n, dfs = self._count, self._dfs
         weights: dict[str, float] = {}
         for word in primary:
             weights[word] = weights.get(word, 0.0) + 1.0
+        quoted = quoted_terms(query)
+        if quoted and len(quoted) < len(primary):
+            cut = 1.0 - self.weights.quoted
+            for word in quoted:
+                if word in weights:
+                    weights[word] -= cut
         for word in expansions(primary):
             if 0 < dfs.get(word, 0) <= max(_COMMON_SYNONYM * n, _COMMON_FLOOR):
                 weights[word] = max(weights.get(word, 0.0), self.weights.synonym)
@@ -414,7 +541,7 @@ class SearchIndex:
         primary = terms(query)
         if not primary or limit <= 0 or not self._count:
             return []
-        coverage, holders_of = self._coverage(self._query_weights(primary))
+        coverage, holders_of = self._coverage(self._query_weights(primary, query))
         if not coverage:
             return []
         evidence: dict[int, list[float]] = {}
@@ -517,10 +644,10 @@ class SearchIndex:
             posting = segment.counts.get(word)
             if posting is None or not idfs[word]:
                 continue
-            ids, packed = posting
+            ids, pairs = posting
             at = bisect.bisect_left(ids, local)
             if at < len(ids) and ids[at] == local:
-                strength = 1.0 if packed[at] & _STRONG_BITS else self.weights.weak_match
+                strength = 1.0 if segment.pair_values[pairs[at]] & _STRONG_BITS else self.weights.weak_match
                 matched += idfs[word] * min(weight, 1.0) * strength
         confidence = min(1.0, matched / total) if total else 0.0
         return Hit(segment.documents[local], score, confidence)

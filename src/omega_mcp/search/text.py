@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
-__all__ = ["STOP_WORDS", "expansions", "split_identifier", "stem", "terms"]
+__all__ = ["STOP_WORDS", "expansions", "quoted_terms", "split_identifier", "stem", "terms"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 # Boundaries inside one alphanumeric run: aB, ABc (acronym end), a1, 1a.
@@ -332,15 +333,33 @@ def stem(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
-def _word_terms(word: str) -> tuple[str, ...]:
-    return tuple(stem(part) for part in split_identifier(word) if part not in STOP_WORDS)
+def _run_terms(run: str) -> tuple[str, ...]:
+    """The terms of one run of letters and digits."""
+    parts = [part.lower() for part in _CAMEL.split(run) if part]
+    out = [stem(part) for part in parts if part not in STOP_WORDS]
+    if len(parts) > 1 and run.isalpha() and run.lower() not in STOP_WORDS:
+        # A word written in camel case (`JavaScript`, `GitHub`) is also the one word people type.
+        out.append(stem(run.lower()))
+    return tuple(out)
 
 
 def terms(text: str) -> list[str]:
     """The index terms of a text: words split as identifiers, stop words dropped, stemmed."""
+    return list(chain.from_iterable(map(_run_terms, _TOKEN.findall(text))))
+
+
+_QUOTED = re.compile(
+    r"""(?<![A-Za-z0-9])(?:'([^']+)'|"([^"]+)"|\u2018([^\u2019]+)\u2019|\u201c([^\u201d]+)\u201d)(?![A-Za-z0-9])"""
+)
+
+
+def quoted_terms(text: str) -> list[str]:
+    """The terms of `text` inside quotes (`'report.pdf'`, "Road trip update."): the values a step
+    names (files, messages, titles), which say less about which tool fits than the words around them.
+    An apostrophe inside a word (`it's`, `users'`) opens no quote."""
     out: list[str] = []
-    for token in text.split():
-        out.extend(_word_terms(token))
+    for found in _QUOTED.finditer(text):
+        out.extend(terms(next(group for group in found.groups() if group is not None)))
     return out
 
 
