@@ -301,7 +301,7 @@ class EarlyStarts:
                 continue
             if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
-            confinement = server_policy(config, server_name, guard)
+            confinement = server_policy(config.for_servers, server_name, guard)
             key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:
                 spawned = spawn(

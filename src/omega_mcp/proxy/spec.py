@@ -198,12 +198,13 @@ class DownstreamSpec:
 def specs_from_config(config: Config, guard: LaunchGuard | None = None) -> list[DownstreamSpec]:
     """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts,
     nor one that `guard` refuses: see `sandbox/untrusted.py`)."""
+    servers = config.for_servers
     return [
         DownstreamSpec.from_config(
             name,
             entry,
             problem=config.server_problem(name),
-            confinement=server_policy(config, name, guard),
+            confinement=server_policy(servers, name, guard),
             home=config.home,
             guard=guard,
             max_message_mb=config.hub.max_message_mb,
