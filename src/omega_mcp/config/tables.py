@@ -472,8 +472,15 @@ class Config(_Strict):
 
     @property
     def for_servers(self) -> ServersSection:
-        """What confining the stdio servers needs of the file (`sandbox/servers.py`)."""
-        return ServersSection(self.servers, self.sandbox, self.place)
+        """What starting and confining the downstream servers reads of the file (`proxy/`, `sandbox/servers.py`)."""
+        return ServersSection(
+            self.servers,
+            self.sandbox,
+            self.place,
+            dict(self._problems),
+            self.hub.max_message_mb,
+            self.sampling.provider is not None,
+        )
 
     def server_problem(self, server_name: str) -> str | None:
         """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
@@ -490,10 +497,22 @@ class ConfigPlace:
 
 @dataclass(frozen=True, slots=True)
 class ServersSection:
-    """The part of the file that confining the stdio servers reads: `[servers]` (each one's own settings,
-    and the others' directories to hide), `[sandbox]` (the default confinement, the limits and lists
-    every confined server shares) and where the file lives (the servers' directories, the file to hide)."""
+    """The part of the file that starting the downstream servers reads (the supervisor, the early starts,
+    their confinement): `[servers]` (each one's own settings, and the others' directories to hide),
+    `[sandbox]` (the default confinement, the limits and lists every confined server shares), where
+    the file lives (the servers' directories, the pins, the file to hide) and two of `[hub]` and
+    `[sampling]`: the message bound and whether omega's own provider answers sampling."""
 
     servers: Mapping[str, ServerConfig]
     sandbox: SandboxConfig
     place: ConfigPlace
+    problems: Mapping[str, str]
+    """Why a server cannot start although the file is valid (`Config.server_problem`)."""
+    max_message_mb: int
+    """`[hub] max_message_mb`."""
+    own_sampling: bool
+    """`[sampling] provider` is set: omega declares sampling to its servers even with no client."""
+
+    def server_problem(self, server_name: str) -> str | None:
+        """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
+        return self.problems.get(server_name)

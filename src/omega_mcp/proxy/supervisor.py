@@ -36,7 +36,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from omega_mcp.calling import PROCESS, CallContext
-from omega_mcp.config import Config
+from omega_mcp.config import ServersSection
 from omega_mcp.errors import OAuthError, first_leaf
 from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.apps import client_uri
@@ -153,13 +153,14 @@ class Downstreams(AsyncContextManagerMixin):
         return entry
 
     @classmethod
-    def from_config(cls, config: Config, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order (`spec.specs_from_config`), with their
-        tools pinned under `$OMEGA_HOME/state/pins` (but those of `pin = false` servers)."""
+    def from_config(cls, section: ServersSection, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
+        """One spec per `[servers.NAME]` entry of the file's servers section (`Config.for_servers`), in
+        config order (`spec.specs_from_config`), with their tools pinned under `$OMEGA_HOME/state/pins`
+        (but those of `pin = false` servers)."""
         if "pins" not in options:
-            unpinned = [name for name, server in config.servers.items() if not server.pin]
-            options["pins"] = Pins(config.home / "state" / "pins", unpinned)
-        return cls(specs_from_config(config, guard), **options)
+            unpinned = [name for name, server in section.servers.items() if not server.pin]
+            options["pins"] = Pins(section.place.home / "state" / "pins", unpinned)
+        return cls(specs_from_config(section, guard), **options)
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
