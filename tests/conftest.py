@@ -22,6 +22,7 @@ E2E_MODULES = frozenset(
         "tests/agent/test_cli_e2e.py",
         "tests/agent/test_cli_stream_e2e.py",
         "tests/agent/test_interactive_pty.py",
+        "tests/proxy/test_era_pairings.py",  # 180 cases over four omega processes and eight servers
     }
 )
 ROOT = Path(__file__).resolve().parents[1]

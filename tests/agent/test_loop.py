@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,7 @@ import httpx2
 import pytest
 from mcp import types
 
-from omega_mcp.agent.loop import AgentResult, TextEvent, ToolCallEvent, ToolResultEvent, run_agent
+from omega_mcp.agent.loop import AgentResult, AgentToolSearch, TextEvent, ToolCallEvent, ToolResultEvent, run_agent
 from omega_mcp.errors import MaxTurnsExceededError, ProviderHTTPError, ToolError, UnknownToolError
 from omega_mcp.messages import (
     AssistantMessage,
@@ -25,6 +26,7 @@ from omega_mcp.messages import (
 )
 from omega_mcp.providers.openai import OpenAIProvider
 from omega_mcp.providers.scripted import ScriptedProvider, ScriptedRequest, call, reply, turns
+from proxy_support import FIXTURES, downstream_spec, hub
 from waits import deadline
 
 Handler = Callable[[dict[str, Any]], Awaitable[types.CallToolResult]]
@@ -328,3 +330,34 @@ async def test_a_large_but_reasonable_tool_result_reaches_the_model_whole() -> N
     provider = ScriptedProvider(turns([reply("", call("large", id="l")), "ok"]))
     await run_agent("go", provider=provider, tools=FakeHost({"large": large}), model="m")
     assert last_results(provider.requests[1]).results[0].text() == big
+
+
+def _app_server(name: str) -> Any:
+    """tests/fixtures/app_server.py's server `name`: a tool `show` for the model, `refresh` for its app alone."""
+    spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.app_server(name)._lowlevel_server
+
+
+@pytest.mark.parametrize("search", ["off", "on"])
+async def test_a_tool_for_its_app_alone_is_never_offered_to_the_model_nor_run(rwx_policy, search: str) -> None:
+    """MCP Apps: a tool whose `_meta.ui.visibility` leaves out "model" is the host's, not the model's."""
+    async with hub(rwx_policy, downstream_spec("alpha", _app_server("alpha"))) as (downstreams, toolbox, _):
+        await downstreams.wait_ready()
+        calls = reply("", call("mcp__alpha__refresh", id="r"), call("mcp__alpha__show", id="s"))
+        searched = reply("", call("search_tools", {"query": "refresh the widget's data", "limit": 20}, id="q"))
+        provider = ScriptedProvider(turns([searched, calls, "done"] if search == "on" else [calls, "done"]))
+        settings = AgentToolSearch("on" if search == "on" else "off")
+        await run_agent("go", provider=provider, tools=toolbox, model="m", tool_search=settings)
+    offered = {spec.name for request in provider.requests for spec in request.tools}
+    assert "mcp__alpha__refresh" not in offered
+    if search == "on":
+        found = last_results(provider.requests[1]).results[0].text()
+        assert "mcp__alpha__show" in found and "mcp__alpha__refresh" not in found
+    else:
+        assert "mcp__alpha__show" in offered
+    refused, shown = last_results(provider.requests[-1]).results
+    assert refused.is_error and "app's interface only" in refused.text()
+    assert not shown.is_error and shown.text() == "shown by alpha"

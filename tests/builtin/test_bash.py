@@ -193,12 +193,12 @@ async def test_output_at_the_limit_is_not_truncated(policy: SandboxPolicy, shell
 async def test_huge_output_uses_bounded_memory(policy: SandboxPolicy, shells: ShellRegistry) -> None:
     tracemalloc.start()
     try:
-        result = await _bash(policy, shells, "yes | head -c 200000000")
+        result = await _bash(policy, shells, "yes | head -c 60000000")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert "output truncated: 200000000 characters total" in _text(result)
-    assert peak < 20 * 1024 * 1024
+    assert "output truncated: 60000000 characters total" in _text(result)
+    assert peak < 20 * 1024 * 1024  # a third of the output: it was streamed, not held
 
 
 async def test_invalid_utf8_is_replaced(policy: SandboxPolicy, shells: ShellRegistry) -> None:

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mcp
@@ -15,6 +14,7 @@ import pytest
 from mcp import StdioServerParameters
 
 from cli_support import cli_env, run_omega, rwx_config
+from waits import until_sync
 
 
 async def test_serve_over_stdio_answers_a_real_client(tmp_path: Path):
@@ -243,10 +243,7 @@ def test_a_signal_during_call_stops_the_command_and_exits_128_plus_signal(tmp_pa
         cwd=tmp_path,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not marker.exists():
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        until_sync(marker.exists, "the command to start", 30, interval=0.05)
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import mcp
 from mcp import StdioServerParameters
 
 from proxy_support import ECHO_SERVER, alive, listed, read_pid
+from waits import until_sync
 
 SERVERS = """
 [servers.time]
@@ -152,9 +154,8 @@ args = ["{ECHO_SERVER}", "--pid-file", "{pid_file}", "--spawn-child", "--log-fil
     assert proc.returncode == 143
     assert b"Traceback" not in stderr
     pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
-    deadline = time.monotonic() + 10
-    while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.02)
+    with contextlib.suppress(AssertionError):  # what is left is asserted below, after it is killed
+        until_sync(lambda: not any(alive(pid) for pid in pids), "the server and its child to exit", 10)
     left = [pid for pid in pids if alive(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)

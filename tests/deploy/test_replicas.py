@@ -26,7 +26,7 @@ import pytest
 from mcp import types
 
 from hub_support import Hub, free_port, hub_client, start_hub
-from waits import deadline
+from waits import deadline, until
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -93,12 +93,6 @@ class Cluster:
             for line in text.splitlines()
             if line.startswith(prefix) and 'mcp_method_name="tools/call"' in line
         )
-
-
-async def _until(check: Any, seconds: float = 30) -> None:
-    with deadline(seconds):
-        while not check():  # noqa: ASYNC110 - other processes' state has no event to wait on
-            await anyio.sleep(0.05)
 
 
 @pytest.fixture
@@ -194,7 +188,7 @@ async def _handshake_calls(url: str, stop: anyio.Event, tally: Tally) -> None:
 
 async def _ready_through_balancer(cluster: Cluster) -> None:
     for index in range(3):
-        await _until(lambda i=index: cluster.ready(i))
+        await until(lambda i=index: cluster.ready(i), f"replica {index} ready", 30, interval=0.05)
 
     def answers() -> bool:
         try:
@@ -209,7 +203,7 @@ async def _ready_through_balancer(cluster: Cluster) -> None:
         except httpx2.HTTPError:
             return False
 
-    await _until(answers)
+    await until(answers, "answers through the balancer", 30, interval=0.05)
 
 
 async def _answer_sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -250,15 +244,16 @@ async def test_rounds_shells_and_a_rolling_restart_through_the_balancer(cluster:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_modern_calls, cluster.url, stop, modern_tally)
         tg.start_soon(_handshake_calls, cluster.url, stop, handshake_tally)
-        await _until(lambda: modern_tally.ok > 3 and handshake_tally.ok > 3)
+        await until(lambda: modern_tally.ok > 3 and handshake_tally.ok > 3, "calls in both eras", 30, interval=0.05)
         for index in range(3):
             replica = cluster.replicas[index]
             replica.proc.send_signal(signal.SIGTERM)
             assert await anyio.to_thread.run_sync(replica.proc.wait, 60) == 0
             cluster.start(index)
-            await _until(lambda i=index: cluster.ready(i))
+            await until(lambda i=index: cluster.ready(i), f"replica {index} ready", 30, interval=0.05)
         before = (modern_tally.ok, handshake_tally.ok)
-        await _until(lambda: modern_tally.ok > before[0] + 3 and handshake_tally.ok > before[1] + 3)
+        more = lambda: modern_tally.ok > before[0] + 3 and handshake_tally.ok > before[1] + 3  # noqa: E731
+        await until(more, "calls after the restart", 30, interval=0.05)
         stop.set()
     assert modern_tally.failed == 0, modern_tally.errors
     # A handshake client loses its session only when the replica holding it restarts: at most once each.

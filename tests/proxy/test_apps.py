@@ -17,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp
 import pytest
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
 
+from cli_support import cli_env, rwx_config
 from hub_support import free_port
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import build_server
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
-from proxy_support import FIXTURES, client, downstream_spec, hub
+from proxy_support import FIXTURES, client, downstream_spec, hub, listed
 from waits import deadline
 
 _spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
@@ -79,6 +81,48 @@ async def _each_tool_opens_its_own_ui(omega: Any, mode: str, names: list[str], *
             template = next(t for t in listed_templates if t.startswith(f"ui://{name}/"))
             page = await c.read_resource(template.replace("{page}", "two"))
             assert _html(page) == f"<html><body>page two of {name}</body></html>"
+
+
+async def _each_result_names_its_own_ui(c: Any, names: list[str]) -> None:
+    """Each server's `open` result names its own UI: the URI its tools list, which reads its own HTML."""
+    tools = {t.name: t for t in (await c.list_tools()).tools}
+    for name in names:
+        show = tools[f"mcp__{name}__show"]
+        assert show.meta is not None
+        uri = show.meta["ui"]["resourceUri"]
+        result = await c.call_tool(f"mcp__{name}__open", {})
+        assert not result.is_error, result
+        link, embedded, other = result.content
+        assert isinstance(link, types.ResourceLink) and link.uri == uri
+        assert link.meta == {"ui": {"resourceUri": uri}}
+        assert isinstance(embedded, types.EmbeddedResource) and embedded.resource.uri == uri
+        assert isinstance(other, types.ResourceLink) and other.uri == "file:///notes.txt"  # no app's: the server's own
+        assert result.meta is not None
+        assert (result.meta["ui"]["resourceUri"], result.meta["ui/resourceUri"]) == (uri, uri)
+        assert _html(await c.read_resource(link.uri)) == f"<html><body>widget of {name}</body></html>"
+
+
+@MODES
+async def test_two_servers_tool_results_name_each_its_own_ui(rwx_policy: SandboxPolicy, mode: str):
+    async with hub(rwx_policy, _in_process("alpha"), _in_process("beta")) as (downstreams, _, omega):
+        await downstreams.wait_ready()
+        async with client(omega, mode) as c:
+            await _each_result_names_its_own_ui(c, ["alpha", "beta"])
+
+
+@MODES
+async def test_through_serve_over_stdio_tool_results_name_each_its_own_ui(tmp_path: Path, mode: str):
+    """`serve` over stdio relays calls to stdio servers as plain JSON (fastpath/relay.py): the same rewriting."""
+    tables = "".join(
+        f'\n[servers.{name}]\ncommand = "{sys.executable}"\nargs = ["{APP_SERVER}", "{name}"]\n'
+        for name in ("alpha", "beta")
+    )
+    config = rwx_config(tmp_path, tables)
+    command = ["-m", "omega_mcp", "serve", "--config", str(config)]
+    params = StdioServerParameters(command=sys.executable, args=command, env=cli_env(tmp_path), cwd=tmp_path)
+    async with mcp.Client(params, mode=mode) as c:
+        await listed(c, "mcp__alpha__open", "mcp__beta__open")
+        await _each_result_names_its_own_ui(c, ["alpha", "beta"])
 
 
 @MODES
@@ -166,6 +210,27 @@ async def test_a_uri_of_another_scheme_is_the_servers_own(rwx_policy: SandboxPol
     assert apps.server_uri("s", "ui://s/widget/index.html") == UI
     assert apps.server_uri("t", "ui://s/widget/index.html") == "ui://s/widget/index.html"
     assert apps.owner_named("ui://S/widget/index.html", ["s"]) == "s"  # a host may lower or raise the authority
+
+
+def test_a_result_naming_no_ui_uri_is_handed_on_as_the_same_object():
+    """The rewriting sits on every call's path: a result with nothing to rewrite is never copied."""
+    from omega_mcp.proxy import apps
+
+    plain = {
+        "content": [
+            {"type": "text", "text": "ui://widget/index.html"},  # text is the server's words, never rewritten
+            {"type": "resource_link", "name": "f", "uri": "file:///f"},
+            {"type": "resource", "resource": {"uri": "file:///e", "text": "e"}, "_meta": {"vendor": 1}},
+        ],
+        "structuredContent": {"uri": "ui://widget/index.html"},
+        "_meta": {"ui": {"visibility": ["model"]}},
+    }
+    assert apps.result_for_client("s", plain) is plain
+    named = {**plain, "_meta": {"ui/resourceUri": UI}}
+    rewritten = apps.result_for_client("s", named)
+    assert rewritten["_meta"] == {"ui/resourceUri": "ui://s/widget/index.html"}
+    assert rewritten["content"] is plain["content"] and rewritten["structuredContent"] == plain["structuredContent"]
+    assert named["_meta"] == {"ui/resourceUri": UI}  # the server's answer itself is left as it came
 
 
 _EXT_APPS_PACKAGES = ["@modelcontextprotocol/ext-apps@2", "@modelcontextprotocol/server@2", "zod@4"]

@@ -68,21 +68,23 @@ def _task_tool(name: str, support: str | None) -> types.Tool:
     return types.Tool(name=name, input_schema={"type": "object"}, execution=execution)
 
 
-async def test_a_tool_that_requires_tasks_is_not_exported_and_the_others_keep_their_execution(
+async def test_a_tool_that_requires_tasks_is_exported_and_every_tool_keeps_its_execution(
     rwx_policy: SandboxPolicy, caplog: pytest.LogCaptureFixture
 ):
-    """omega does not run tasks (docs/servers.md, "Transparency"): a tool that can only be called as a task would fail
-    every call, so it is left out, with a warning naming it; optional ones are called synchronously."""
+    """SPEC: a tool that runs only as a task is exported like any other (tests/proxy/test_tasks.py runs
+    them); optional ones are called synchronously by a client that sends no task."""
     tools = [_task_tool("needs_task", "required"), _task_tool("may_task", "optional"), _task_tool("plain", None)]
     server = downstream("d", tools=tools)
     async with hub(rwx_policy, downstream_spec("d", server, era="handshake")) as (_, _, omega):  # a 2025-11-25 field
         async with mcp.Client(omega, mode="legacy") as c:
             listed = {t.name: t for t in (await c.list_tools()).tools if t.name.startswith("mcp__d__")}
             called = await c.call_tool("mcp__d__may_task", {})
-    assert sorted(listed) == ["mcp__d__may_task", "mcp__d__plain"]
+    assert sorted(listed) == ["mcp__d__may_task", "mcp__d__needs_task", "mcp__d__plain"]
+    assert listed["mcp__d__needs_task"].execution == types.ToolExecution(task_support="required")
     assert listed["mcp__d__may_task"].execution == types.ToolExecution(task_support="optional")
+    assert listed["mcp__d__plain"].execution is None
     assert not called.is_error
-    assert "needs_task" in caplog.text and "task" in caplog.text
+    assert "needs_task" not in caplog.text
 
 
 def _paged_server(tools: int, prompts: int, per_page: int) -> Any:

@@ -15,28 +15,23 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
 from proxy_support import Notifications
-from waits import deadline
+from waits import deadline, until
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 CLIENT = "carol-token-0123456789abcdef"
 
 
-def _server(name: str) -> str:
-    return f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = [{str(ECHO)!r}]\n"
+def _server(name: str, *args: str) -> str:
+    return f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = {[str(ECHO), *args]!r}\n"
 
 
-def _hub(tmp_path: Path, *servers: str, drain: float = 30) -> tuple[Hub, Path]:
+def _hub(tmp_path: Path, *servers: str, drain: float = 30, log: Path | None = None) -> tuple[Hub, Path]:
     config = tmp_path / "omega.toml"
     clients = f'[hub]\ndrain_seconds = {drain}\n[hub.clients.carol]\ntoken = "${{CAROL_TOKEN}}"\n'
-    config.write_text("".join(_server(s) for s in servers) + clients)
+    logged = ("--log-file", str(log)) if log else ()
+    config.write_text("".join(_server(s, *logged) for s in servers) + clients)
     env = {"CAROL_TOKEN": CLIENT, "DAVE_TOKEN": "dave-token-0123456789abcdef"}
     return start_hub(tmp_path, "--config", str(config), env=env), config
-
-
-async def _until(check: object, what: str, seconds: float = 20) -> None:
-    with deadline(seconds):
-        while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polling another process over HTTP
-            await anyio.sleep(0.05)
 
 
 def _samples(hub: Hub) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -54,7 +49,7 @@ async def test_probes_need_no_token_and_metrics_need_the_hubs(tmp_path: Path) ->
     try:
         base = f"http://127.0.0.1:{hub.port}"
         assert httpx2.get(f"{base}/healthz").status_code == 200
-        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        await until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready", 20, interval=0.05)
         assert httpx2.get(f"{base}/metrics").status_code == 401
         assert httpx2.get(f"{base}/metrics", headers=hub.auth(CLIENT)).status_code == 403
         assert httpx2.get(f"{base}/metrics", headers=hub.auth()).status_code == 200
@@ -87,10 +82,11 @@ async def test_metrics_count_the_calls_by_method_tool_and_error(tmp_path: Path) 
 
 
 async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_zero(tmp_path: Path) -> None:
-    hub, _ = _hub(tmp_path, "echo")
+    received = tmp_path / "received.jsonl"
+    hub, _ = _hub(tmp_path, "echo", log=received)
     base = f"http://127.0.0.1:{hub.port}"
     try:
-        await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready")
+        await until(lambda: httpx2.get(f"{base}/readyz").status_code == 200, "ready", 20, interval=0.05)
         async with hub_client(hub.url, hub.token) as client, anyio.create_task_group() as tg:
             answers: list[object] = []
 
@@ -98,9 +94,9 @@ async def test_sigterm_drains_a_call_in_flight_refuses_new_sessions_and_exits_ze
                 answers.append(await client.call_tool("mcp__echo__sleep", {"seconds": 3}))
 
             tg.start_soon(slow)
-            await anyio.sleep(0.5)  # the call is on its way (a drain lets it finish whenever it started)
+            await until(lambda: '"sleep"' in received.read_text() if received.exists() else False, "the call", 20)
             hub.proc.send_signal(signal.SIGTERM)
-            await _until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5)
+            await until(lambda: httpx2.get(f"{base}/readyz").status_code == 503, "draining", 5, interval=0.05)
             assert httpx2.get(f"{base}/healthz").status_code == 200
             opened = httpx2.post(hub.url, json=INITIALIZE, headers={**HEADERS, **hub.auth()})
             assert opened.status_code == 503 and "draining" in opened.text
@@ -150,7 +146,7 @@ async def test_sighup_that_adds_a_client_restarts_no_server(tmp_path: Path) -> N
             added = f'[hub.clients.dave]\ntoken = "${{DAVE_TOKEN}}"\nworkspace = {str(tmp_path / "dave")!r}\n'
             config.write_text(config.read_text() + added)
             hub.proc.send_signal(signal.SIGHUP)
-            await _until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload")
+            await until(lambda: "SIGHUP: reloaded" in hub.log.read_text(), "the reload", 20, interval=0.05)
             assert "no server changed" in hub.log.read_text()
             again = [(await client.call_tool(f"mcp__{s}__pid", {})).content[0].text for s in ("echo", "other")]  # type: ignore[union-attr]
             assert again == pids

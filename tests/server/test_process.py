@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from mcp.client.stdio import StdioServerParameters
 
 from proxy_support import ECHO_SERVER, alive, read_pid
-from waits import deadline
+from waits import deadline, until_sync
 
 _INITIALIZE = {
     "jsonrpc": "2.0",
@@ -57,13 +56,6 @@ def _serve(tmp_path: Path, stdout: Any, stderr: Any, servers: str = "") -> subpr
     )
 
 
-def _poll(predicate: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def _stopped(proc: subprocess.Popen[bytes], seconds: float = 15.0) -> int:
     try:
         return proc.wait(timeout=seconds)
@@ -92,7 +84,7 @@ def test_sigterm_stops_serve_even_when_stdout_is_a_regular_file(tmp_path: Path):
     assert proc.stdin is not None
     proc.stdin.write((json.dumps(_INITIALIZE) + "\n").encode())
     proc.stdin.flush()
-    _poll(lambda: b'"id":1' in out.read_bytes())
+    until_sync(lambda: b'"id":1' in out.read_bytes(), "the first answer", 20)
     proc.send_signal(signal.SIGTERM)  # stdin stays open: nothing but the signal asks omega to stop
     assert _stopped(proc) == 0
     assert json.loads(out.read_bytes().splitlines()[0])["result"]["serverInfo"]["name"] == "omega"
@@ -107,7 +99,7 @@ def test_a_signal_while_omega_is_still_starting_leaves_no_downstream_process(tmp
     with log.open("wb") as stderr:
         proc = _serve(tmp_path, subprocess.DEVNULL, stderr, servers)
     # The server is started before omega has even imported the MCP SDK: signal omega right then.
-    _poll(lambda: Path(f"{pid_file}.child").exists())
+    until_sync(lambda: Path(f"{pid_file}.child").exists(), "the server started", 20, interval=0.01)
     proc.send_signal(signum)
     _stopped(proc)
     assert _left_behind([read_pid(pid_file), read_pid(f"{pid_file}.child")]) == []

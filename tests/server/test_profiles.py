@@ -17,13 +17,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import anyio
 import httpx2
 import pytest
 from mcp import MCPError
 
 from hub_support import HEADERS, INITIALIZE, Hub, hub_client, start_hub
 from unprivileged_support import unprivileged
+from waits import until
 
 ECHO = Path(__file__).parent.parent / "fixtures" / "echo_server.py"
 ALICE = "alice-token-0123456789abcdef"
@@ -165,10 +165,8 @@ async def test_a_session_server_has_one_process_per_session_gone_when_it_ends(hu
         shared = {int(_text(await c.call_tool("mcp__echo__pid", {}))) for c in (first, second)}
         assert one == again and one != two
         assert len(shared) == 1 and one not in shared and two not in shared
-    with anyio.move_on_after(15):
-        while not (_gone(one) and _gone(two)):  # noqa: ASYNC110 - nothing signals another process's death
-            await anyio.sleep(0.1)
-    assert _gone(one) and _gone(two), "a session's server outlived its session"
+    # Nothing signals another process's death: poll, bounded.
+    await until(lambda: _gone(one) and _gone(two), "a session's server to end with its session", 15, interval=0.1)
     assert not _gone(shared.pop())
 
 

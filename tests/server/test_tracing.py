@@ -25,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from hub_support import hub_client, start_hub
 from omega_mcp.server.tracing import start_tracing
 from proxy_support import ECHO_SERVER
+from waits import scaled
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_TRACEPARENT = f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"
@@ -77,8 +78,10 @@ class _Receiver:
 
     def wait_for(self, *names: str, seconds: float = 30) -> None:
         with self.changed:
-            ok = self.changed.wait_for(lambda: all(any(s.name == n for _, s in self.spans) for n in names), seconds)
-        assert ok, f"no spans {names} within {seconds} s; got {[s.name for _, s in self.spans]}"
+            ok = self.changed.wait_for(
+                lambda: all(any(s.name == n for _, s in self.spans) for n in names), scaled(seconds)
+            )
+        assert ok, f"no spans {names} within {scaled(seconds):g} s; got {[s.name for _, s in self.spans]}"
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@
 Every provider accepts `^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$`, so one mapping serves all of them: a name
 that already fits is kept (the Toolbox's `mcp__<server>__<tool>` names normally do); anything else
 is normalized and shortened with the namespace codec's hash suffix, and the reverse map routes a
-call back. Nothing is ever recovered by splitting a name. `CallToolResult`s become neutral result
-parts: text blocks joined, images kept as images, other blocks described in one line.
+call back. Nothing is ever recovered by splitting a name. A tool for its app alone (MCP Apps: its
+`_meta.ui.visibility` leaves out "model", proxy/apps.py) is never offered, and a call to it is an
+error result saying why. `CallToolResult`s become neutral result parts: text blocks joined, images
+kept as images, other blocks described in one line.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from mcp import types
 
 from omega_mcp.messages import ImagePart, ResultPart, TextPart, ToolSpec, decoded_size
 from omega_mcp.names import fit_name, normalize
+from omega_mcp.proxy.apps import app_only, app_only_message
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "ToolCatalog", "capped", "result_parts"]
 
@@ -37,9 +40,13 @@ class ToolCatalog:
         self.specs: tuple[ToolSpec, ...]
         self._to_tool: dict[str, str] = {}
         self._to_wire: dict[str, str] = {}
+        self._app_only: set[str] = set()
         chosen: dict[str, types.Tool] = {}
         for tool in tools:
             if allowed is not None and not any(fnmatch.fnmatchcase(tool.name, glob) for glob in allowed):
+                continue
+            if app_only(tool):  # the host's to call for its app, never the model's
+                self._app_only.add(tool.name)
                 continue
             chosen.setdefault(tool.name, tool)
         # Names that already fit are claimed first, so a sanitized name can never take the name
@@ -75,6 +82,8 @@ class ToolCatalog:
 
     def unknown_message(self, wire_name: str) -> str:
         """An error text for a call to a name the model was not offered."""
+        if wire_name in self._app_only:
+            return app_only_message(wire_name)
         if not self._to_tool:
             return f"Unknown tool: {wire_name!r}. No tools are available in this conversation; answer in text."
         close = difflib.get_close_matches(wire_name, list(self._to_tool), n=3, cutoff=0.5)

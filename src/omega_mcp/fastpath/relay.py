@@ -175,6 +175,8 @@ class Relay:
             return False
         if route.server_name is not None and self._downstreams.held(route.server_name, route.tool_name):
             return False  # a held tool (proxy/pins.py): the SDK path refuses it
+        if "task" in params or route.tool_name in target[0].task_only:
+            return False  # a task, or a tool that runs only as one: the SDK path's (proxy/tasks.py)
         session, timeout = target
         pipes = session.pipes_for(modern)
         lane = session.lane_for(modern) if pipes is None else None

@@ -6,12 +6,13 @@ omega gives every `ui://` URI of a server a per-server form, `ui://<server>/<the
 are `[A-Za-z0-9_-]+`, so the first segment is the key), and the same in both eras. The form is
 given where a server offers URIs (`resources/list`, `resources/templates/list`, a tool's
 `_meta.ui.resourceUri` and the flat `_meta["ui/resourceUri"]`, `resources/updated`, the contents
-of a read) and taken back where a client names one (`resources/read`, subscriptions). Only
-`ui://` URIs change; every other URI is the server's own.
+of a read, and a `tools/call` result's resource links, embedded resources and `_meta`) and taken
+back where a client names one (`resources/read`, subscriptions). Only `ui://` URIs change; every
+other URI is the server's own.
 
 A tool whose `_meta.ui.visibility` leaves out `"model"` is for the app alone: it stays listed (the
-host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it
-and `call_tool` refuses it (`app_only`).
+host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it,
+`call_tool` refuses it (`app_only`) and the agent loop never offers it to its model (agent/tools.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from omega_mcp.names import Route
 
 __all__ = [
     "app_only",
+    "app_only_message",
     "app_only_refusal",
     "client_contents",
     "client_uri",
     "owner_named",
     "resources_for_client",
+    "result_for_client",
     "server_uri",
     "templates_for_client",
     "tool_for_client",
@@ -76,18 +79,67 @@ def _ui_meta(meta: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return cast(Mapping[str, Any], ui) if isinstance(ui, Mapping) else None
 
 
+def _meta_for_client(server_name: str, meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`meta` with the `ui://` URIs of `ui.resourceUri` and the flat `ui/resourceUri` in the namespace's form
+    (the same object when it names none)."""
+    changed: dict[str, Any] | None = None
+    ui = _ui_meta(meta)
+    if ui is not None and isinstance(uri := ui.get("resourceUri"), str) and _is_ui(uri):
+        changed = {**meta, "ui": {**ui, "resourceUri": client_uri(server_name, uri)}}
+    if isinstance(flat := meta.get(_FLAT_KEY), str) and _is_ui(flat):
+        changed = {**(changed if changed is not None else meta), _FLAT_KEY: client_uri(server_name, flat)}
+    return meta if changed is None else changed
+
+
 def tool_for_client(server_name: str, tool: types.Tool) -> types.Tool:
     """`tool` with the `ui://` URIs of its `_meta` in the namespace's form (the same tool when it has none)."""
     meta = tool.meta
     if meta is None:
         return tool
-    changed: dict[str, Any] = dict(meta)
-    ui = _ui_meta(meta)
-    if ui is not None and isinstance(uri := ui.get("resourceUri"), str) and _is_ui(uri):
-        changed["ui"] = {**ui, "resourceUri": client_uri(server_name, uri)}
-    if isinstance(flat := meta.get(_FLAT_KEY), str) and _is_ui(flat):
-        changed[_FLAT_KEY] = client_uri(server_name, flat)
-    return tool if changed == meta else tool.model_copy(update={"meta": changed})
+    changed = _meta_for_client(server_name, meta)
+    return tool if changed is meta else tool.model_copy(update={"meta": dict(changed)})
+
+
+def result_for_client(server_name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A raw `tools/call` result with the `ui://` URIs it names in the namespace's form: its resource links',
+    its embedded resources', and those of its own and each block's `_meta` (the same dict when it names none).
+
+    On the hot path of every call: a result naming no `ui://` URI is looked at, never copied.
+    """
+    changed: dict[str, Any] | None = None
+    meta = result.get("_meta")
+    if isinstance(meta, dict):
+        own = _meta_for_client(server_name, cast(dict[str, Any], meta))
+        if own is not meta:
+            changed = {**result, "_meta": own}
+    content = result.get("content")
+    if isinstance(content, list):
+        blocks = cast(list[object], content)
+        rewritten = [_block_for_client(server_name, block) for block in blocks]
+        if any(new is not old for new, old in zip(rewritten, blocks, strict=True)):
+            changed = {**(changed if changed is not None else result), "content": rewritten}
+    return result if changed is None else changed
+
+
+def _block_for_client(server_name: str, block: object) -> object:
+    if not isinstance(block, dict):
+        return block
+    entry = cast(dict[str, Any], block)
+    changed: dict[str, Any] | None = None
+    kind = entry.get("type")
+    if kind == "resource_link" and isinstance(uri := entry.get("uri"), str) and _is_ui(uri):
+        changed = {**entry, "uri": client_uri(server_name, uri)}
+    elif kind == "resource" and isinstance(embedded := entry.get("resource"), dict):
+        embedded = cast(dict[str, Any], embedded)
+        inner = _content_for_client(server_name, embedded)
+        if inner is not embedded:
+            changed = {**entry, "resource": inner}
+    meta = entry.get("_meta")
+    if isinstance(meta, dict):
+        own = _meta_for_client(server_name, cast(dict[str, Any], meta))
+        if own is not meta:
+            changed = {**(changed if changed is not None else entry), "_meta": own}
+    return entry if changed is None else changed
 
 
 def resources_for_client(server_name: str, resources: Iterable[types.Resource]) -> tuple[types.Resource, ...]:
@@ -117,6 +169,7 @@ def client_contents(server_name: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _content_for_client(server_name: str, item: object) -> object:
+    """A resource's contents under its namespace URI (the same object when it is no `ui://` URI)."""
     if not isinstance(item, dict):
         return item
     entry = cast(dict[str, Any], item)
@@ -156,4 +209,9 @@ def app_only_refusal(toolbox: _Lookup, name: str) -> str | None:
     tool = downstreams.get_tool(route.server_name, route.tool_name)
     if tool is None or not app_only(tool):
         return None
+    return app_only_message(name)
+
+
+def app_only_message(name: str) -> str:
+    """Why the model may not run the app-only tool `name` (`call_tool`'s refusal, the agent's error result)."""
     return f"{name} is a tool for its app's interface only (_meta.ui.visibility); the model cannot call it"

@@ -1,8 +1,8 @@
 """Forwarding one tools/call to a downstream session over the SDK: the reference path.
 
 The downstream's answer comes back as wire JSON and what the client gets is `proxy/outcome.py`'s
-decision, the one rule the relays (fastpath/relay.py) apply too: the result handed on untouched
-(only one without a `content` list is checked against the SDK model), an isError result a model can
+decision, the one rule the relays (fastpath/relay.py) apply too: the result handed on untouched but
+for its `ui://` URIs (only one without a `content` list is checked against the SDK model), an isError result a model can
 act on (a timeout, the request cancelled downstream; a server that went away; a transport failure;
 an answer over `max_message_mb`), or the server's JSON-RPC error, raised here
 (`DownstreamRefusedError`): an MCP client gets that very error (code, message, data), the agent loop

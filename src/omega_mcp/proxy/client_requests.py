@@ -34,19 +34,22 @@ included), to ask the user (`elicitation/create`, form or URL mode) or for its r
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from mcp import types
+from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from omega_mcp.calling import Caller, InputRequest
+from omega_mcp.narrow import as_object
+from omega_mcp.proxy.tasks import RELATED_TASK
 
 __all__ = ["CALLER", "Caller", "ClientRequests", "InputRequest", "Sampler", "SamplingAnswer", "ServerRequests"]
 
@@ -112,6 +115,10 @@ class ClientRequests:
         self._elicitations: dict[tuple[str, str], Caller] = {}
         self.roots_listener: Callable[[], Awaitable[None]] | None = None
         """Tells every downstream that the roots changed (set by `Downstreams`)."""
+        self.task_status: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+        """Takes a server's `notifications/tasks/status` (server name, params) to the task's owner (server/tasks.py)."""
+        self.task_label: Callable[[str, str], str | None] | None = None
+        """The id a client knows a server's task by (server name, the server's id), or None (server/tasks.py)."""
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -226,7 +233,19 @@ class ServerRequests:
             options["sampling_capabilities"] = types.SamplingCapability(tools=types.SamplingToolsCapability())
         if self.router.serving:
             options["elicitation_callback"] = self.elicitation
+            options["notification_bindings"] = [
+                NotificationBinding(
+                    method="notifications/tasks/status",
+                    params_type=types.TaskStatusNotificationParams,
+                    handler=self.task_status,
+                )
+            ]
         return options
+
+    async def task_status(self, params: types.TaskStatusNotificationParams) -> None:
+        relay = self.router.task_status
+        if relay is not None:
+            await relay(self.server_name, params.model_dump(by_alias=True, mode="json", exclude_unset=True))
 
     # -- the three requests ------------------------------------------------------------------
 
@@ -239,7 +258,7 @@ class ServerRequests:
             sampling = route.capabilities.sampling if route.capabilities else None
             if params.include_context not in (None, "none") and (sampling is None or sampling.context is None):
                 params = params.model_copy(update={"include_context": None})  # the client cannot include context
-            request = types.CreateMessageRequest(params=_without_token(params))
+            request = types.CreateMessageRequest(params=self._relabelled(_without_token(params)))
             if params.tools or params.tool_choice:
                 return await self._ask(ctx, route, request, types.CreateMessageResultWithTools)
             return await self._ask(ctx, route, request, types.CreateMessageResult)
@@ -257,7 +276,7 @@ class ServerRequests:
             return self._decline("elicitation/create", route, f"{params.mode} elicitation", "")
         if isinstance(params, types.ElicitRequestURLParams) and params.elicitation_id:
             self.router.remember_elicitation(self.server_name, params.elicitation_id, route)
-        request = types.ElicitRequest(params=_without_token(params))
+        request = types.ElicitRequest(params=self._relabelled(_without_token(params)))
         return await self._ask(ctx, route, request, types.ElicitResult)
 
     async def list_roots(self, ctx: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
@@ -276,6 +295,16 @@ class ServerRequests:
                 await caller.notify(message)
 
     # -- sending on --------------------------------------------------------------------------
+
+    def _relabelled(self, params: _P) -> _P:
+        """`params` naming the task they belong to by the id omega gave the client, not the server's own."""
+        meta, label = params.meta, self.router.task_label
+        related = as_object(meta.get(RELATED_TASK)) if meta and label is not None else {}
+        remote_id = related.get("taskId")
+        local_id = label(self.server_name, remote_id) if label is not None and isinstance(remote_id, str) else None
+        if not meta or local_id is None:
+            return params
+        return params.model_copy(update={"meta": {**meta, RELATED_TASK: {**related, "taskId": local_id}}})
 
     async def _ask(
         self, ctx: ClientRequestContext, caller: Caller, request: InputRequest, result_type: type[_R]

@@ -1,12 +1,12 @@
 """The one rule from what a downstream did with a `tools/call` to what the client gets: `outcome`.
 
-Pure: a JSON-RPC answer (a dict, as the wire carries it) or what happened instead (`TimedOut`,
-`WentAway`, `Oversized`, `Broke`) goes in, a decision comes out (`Outcome`): the client's result (the
-server's own, or an isError result a model can act on), or the server's JSON-RPC error passed on as
-it is (code, message, data), and whether the connection is no longer to be trusted. The SDK path
-(`proxy/calls.py`) and both relays (`fastpath/relay.py`, stdio and HTTP) call it, so the relays
-answer as the SDK path does by construction; what each then does (raise, write a line, mark the
-session lost) stays with it. The isError sentences of every failure are here too.
+Pure: a JSON-RPC answer (a dict, as the wire carries it) or what happened instead (`TimedOut`, `WentAway`,
+`Oversized`, `Broke`) goes in, a decision comes out (`Outcome`): the client's result (the server's own with
+its `ui://` URIs in their per-server form, apps.py; or an isError result a model can act on), or the
+server's JSON-RPC error passed on as it is (code, message, data), and whether the connection is no longer to
+be trusted. The SDK path (`proxy/calls.py`) and both relays (`fastpath/relay.py`, stdio and HTTP) call it,
+so the relays answer as the SDK path does by construction; what each then does (raise, write a line, mark
+the session lost) stays with it. The isError sentences of every failure are here too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omega_mcp.narrow import object_or_none
+from omega_mcp.proxy.apps import result_for_client
 from omega_mcp.results import Wire, checked_wire, error_wire, invalid_result
 from omega_mcp.wire.oversize import is_too_large, limit_text
 
@@ -157,5 +158,6 @@ def _answered(call: Called, message: dict[str, Any]) -> Outcome:
     if call.rounds and result.get("resultType") == "input_required":
         return Outcome(result)  # the client's own round to answer
     if not isinstance(result.get("content"), list):  # anything else is checked against the SDK's model
-        return Outcome(checked_wire(result, invalid=invalid_result(server, tool)))
-    return Outcome(result)  # handed on untouched: the hot path parses nothing it does not have to
+        return Outcome(result_for_client(server, checked_wire(result, invalid=invalid_result(server, tool))))
+    # Handed on as it came (the hot path parses nothing it does not have to), `ui://` URIs per server (apps.py).
+    return Outcome(result_for_client(server, result))

@@ -21,7 +21,7 @@ import math
 import os
 import secrets
 import shutil
-from collections.abc import AsyncGenerator, Hashable
+from collections.abc import AsyncGenerator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +77,9 @@ class SessionServers(AsyncContextManagerMixin):
         self._dirs: dict[tuple[str, Hashable], Path] = {}
         """Each (server, session)'s own directory: kept across idle restarts, removed when the session ends."""
         self._task_group: anyio.abc.TaskGroup | None = None
+        self.task_only: Callable[[str], frozenset[str]] = lambda server_name: frozenset()
+        """A server's tools that run only as tasks, from its shared listing (set by `Downstreams`): a
+        session's connection never lists, and its plain calls of them are run as tasks too (tasks.py)."""
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
@@ -116,6 +119,7 @@ class SessionServers(AsyncContextManagerMixin):
             if instance.session is None:
                 why = instance.failure or "it stopped"
                 return error_wire(f"server {spec.server_name} could not be started for this session: {why}")
+            instance.session.task_only = self.task_only(spec.server_name)
             with self._requests.calling(spec.server_name, context.caller):
                 return await forward_call(instance.session, tool_name, arguments, context)
         finally:

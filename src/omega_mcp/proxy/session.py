@@ -12,7 +12,8 @@ no 2026-era connection can carry. A request no channel of the client's era can c
 server's requests reach a 2026-era client as rounds (server/bridge.py). Results come back raw (the
 hot path parses nothing). List changes arrive as notifications (handshake) or on a
 `subscriptions/listen` stream (2026), and so do resource updates; a downstream's log message goes
-to the client whose call it belongs to, as it is. `closed` fires when the primary link ends.
+to the client whose call it belongs to, as it is. A plain `tools/call` of a tool the last listing
+marked task-only is run as a task (tasks.py). `closed` fires when the primary link ends.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from omega_mcp.proxy.rounds import answer_rounds, without_modern_fields
 from omega_mcp.proxy.spawn import EarlyStarts
 from omega_mcp.proxy.spec import Catalog, DownstreamSpec
 from omega_mcp.proxy.stdio import StdioTransport
+from omega_mcp.proxy.tasks import run_as_task, task_only
 from omega_mcp.wire.pipes import PipeReader, PipeWriter
 
 __all__ = ["DownstreamSession"]
@@ -90,6 +92,8 @@ class DownstreamSession(AsyncContextManagerMixin):
         self._close_callbacks: list[Callable[[], None]] = []
         self.on_updated: Callable[[str, str], Awaitable[None]] | None = None
         """Told of each `resources/updated` (server name, URI); set by the supervisor."""
+        self.task_only: frozenset[str] = frozenset()
+        """The tools of its last listing that run only as tasks: a plain call of one is run as a task."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -141,6 +145,11 @@ class DownstreamSession(AsyncContextManagerMixin):
     @property
     def capabilities(self) -> types.ServerCapabilities:
         return self.link.capabilities if self._link is not None else types.ServerCapabilities()
+
+    async def capabilities_for_caller(self, caller: Caller | None) -> types.ServerCapabilities:
+        """What the side `caller`'s requests go to declares (a dual-era server's handshake side for a
+        handshake-era client, opened now if need be)."""
+        return (await self._channel_for(caller)).capabilities
 
     @property
     def server_info(self) -> types.Implementation | None:
@@ -371,6 +380,17 @@ class DownstreamSession(AsyncContextManagerMixin):
                 after cancelling it) or the connection closed (`CONNECTION_CLOSED`); an answer over
                 `[hub] max_message_mb` is `oversize.too_large_error`.
         """
+        if (
+            method == "tools/call"
+            and params is not None
+            and "task" not in params
+            and params.get("name") in self.task_only
+        ):
+
+            async def send(again: str, sent: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+                return await self.request(again, sent, timeout_seconds=seconds, caller=caller)
+
+            return await run_as_task(send, params, timeout_seconds)
         token = CALLER.set(caller)  # for the SDK's callbacks: what the server asks meanwhile is this caller's
         try:
             channel = await self._channel_for(caller)
@@ -446,6 +466,7 @@ class DownstreamSession(AsyncContextManagerMixin):
             ValueError: the answer carries no `tools` list.
         """
         tools = await list_raw_tools(self._list, self.spec, self._warned)
+        self.task_only = task_only(tools)
         modern = self.modern
         return tuple(modern.usable(tools)) if modern is not None else tools
 
@@ -460,6 +481,7 @@ class DownstreamSession(AsyncContextManagerMixin):
     async def catalog(self) -> Catalog:
         """Everything the server exports, listed afresh."""
         catalog = await list_catalog(self._list, self.spec, self.capabilities, self._warned)
+        self.task_only = task_only(catalog.tools)
         modern = self.modern
         if modern is None:
             return catalog

@@ -5,9 +5,8 @@
 pass a transport factory instead (an in-process server's, for one). `tools` are allow globs and
 `exclude_tools` deny globs over the server's own tool names (`fnmatch`, case-sensitive).
 `usable_tools` reads a raw `tools/list` page one tool at a time: a tool no client could use (an
-invalid or missing `inputSchema`, an empty name, a name listed twice, or one that can only run as a
-task, which omega does not implement: docs/servers.md, "Transparency") is skipped with a warning instead of taking
-the whole server down.
+invalid or missing `inputSchema`, an empty name, a name listed twice) is skipped with a warning instead
+of taking the whole server down. A tool that runs only as a task is exported like any other (tasks.py).
 """
 
 from __future__ import annotations
@@ -278,12 +277,6 @@ def usable_tools(server_name: str, raw: list[object], seen: set[str], warned: se
             _skip(server_name, "skipping a tool with an empty name", warned)
         elif tool.name in seen:
             _skip(server_name, f"lists tool {label} twice; only the first is exported", warned)
-        elif tool.execution is not None and tool.execution.task_support == "required":
-            # Every call of such a tool must be a task (`tools/call` with `task`, then `tasks/*`),
-            # which omega neither declares nor routes: exported, it could only ever fail.
-            _skip(
-                server_name, f"skipping tool {label}: it can only run as a task, which omega does not support", warned
-            )
         else:
             seen.add(tool.name)
             tools.append(tool)

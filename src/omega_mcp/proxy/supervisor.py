@@ -141,6 +141,7 @@ class Downstreams(AsyncContextManagerMixin):
         """Delivers a server's `resources/updated` to its subscribers (set by the MCP server)."""
         self.pool = SessionServers(self.client_requests)
         """Each client session's own connections to the `share = "session"` servers (pool.py)."""
+        self.pool.task_only = self._task_only
         self._update_settled()
 
     @staticmethod
@@ -424,6 +425,10 @@ class Downstreams(AsyncContextManagerMixin):
         """One exported tool by its route, or None."""
         entry = self._entries.get(server_name)
         return entry.tools_by_name.get(tool_name) if entry is not None and entry.tools_by_name else None
+
+    def _task_only(self, server_name: str) -> frozenset[str]:
+        entry = self._entries.get(server_name)
+        return entry.session.task_only if entry is not None and entry.session is not None else frozenset()
 
     def connected(self, server_name: str) -> tuple[DownstreamSession, float] | None:
         """The live session of a server and its request timeout, or None while it is down."""

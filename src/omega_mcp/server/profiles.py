@@ -5,7 +5,7 @@ allow globs minus `exclude_tools` deny globs, `fnmatch` and case-sensitive like 
 over built-in names and full `mcp__<server>__<tool>` names) and the sandbox its built-in calls run
 in: its own tree `$OMEGA_HOME/clients/NAME/` (scratch, caches, private /tmp, session directories:
 `SandboxPolicy.client_dir`), its own `workspace` and `mode` when set, else the hub's. Never a second routing table: the
-Toolbox resolves every name, then asks the profile (`Toolbox.call_tool_wire(profile=...)`); a tool
+Toolbox resolves every name, then asks the profile (the call context's `profile`); a tool
 the profile does not permit is, to that client, an unknown tool (the same JSON-RPC error, naming
 only its own tools), absent from its tools/list and its search results. Every other client's own
 workspace, and the hub's when the client has one of its own, is foreign to it: never writable by

@@ -76,6 +76,7 @@ from omega_mcp.server.profiles import (
     session_key,
     window_of,
 )
+from omega_mcp.server.tasks import TASKS_CAPABILITY, TaskHandlers
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.server.tracing import request_spans
 from omega_mcp.toolbox import Toolbox
@@ -154,8 +155,17 @@ class OmegaServer(Server[Any]):
         self.add_notification_handler(
             "notifications/roots/list_changed", types.NotificationParams, self._on_roots_list_changed
         )
+        # Tasks (tasks.py) go first: a task-augmented tools/call is not the fast path's.
+        self.tasks = (
+            TaskHandlers(toolbox, catalog, lambda s, r: SessionCaller(s, r, self.logs.level_of), self.client_of)
+            if catalog is not None
+            else None
+        )
+        if self.tasks is not None and catalog is not None:
+            catalog.client_requests.task_status = self.tasks.relay_status
+            catalog.client_requests.task_label = self.tasks.label
         # No SDK OpenTelemetry middleware (a span per request even unexported) unless `traced`.
-        self.middleware = [self._fast_call_tool]
+        self.middleware = [*([self.tasks.middleware] if self.tasks is not None else []), self._fast_call_tool]
 
     def _remember(self, session: ServerSession) -> None:
         self._connections.add(connection_of(session))  # dropped with the connection (a weak set)
@@ -408,7 +418,10 @@ class OmegaServer(Server[Any]):
             notification_options = NotificationOptions(
                 tools_changed=True, prompts_changed=downstream, resources_changed=downstream
             )
-        return super().create_initialization_options(notification_options, experimental_capabilities, extensions)
+        options = super().create_initialization_options(notification_options, experimental_capabilities, extensions)
+        if self.tasks is not None:  # declared only where the era defines tasks (the SDK sieves it elsewhere)
+            options.capabilities = options.capabilities.model_copy(update={"tasks": TASKS_CAPABILITY})
+        return options
 
     def initialization_options(self) -> InitializationOptions:
         """The default initialization options (see `create_initialization_options`)."""
