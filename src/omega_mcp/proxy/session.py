@@ -387,10 +387,10 @@ class DownstreamSession(AsyncContextManagerMixin):
             and params.get("name") in self.task_only
         ):
 
-            async def send(again: str, sent: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+            async def as_caller(again: str, sent: Mapping[str, Any], seconds: float) -> dict[str, Any]:
                 return await self.request(again, sent, timeout_seconds=seconds, caller=caller)
 
-            return await run_as_task(send, params, timeout_seconds)
+            return await run_as_task(as_caller, params, timeout_seconds)
         token = CALLER.set(caller)  # for the SDK's callbacks: what the server asks meanwhile is this caller's
         try:
             channel = await self._channel_for(caller)
