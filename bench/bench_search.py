@@ -208,7 +208,8 @@ def hub_refresh() -> None:
 
     async def run() -> tuple[float, float]:
         with tempfile.TemporaryDirectory() as home:
-            policy = SandboxPolicy.from_config(Config(home=Path(home)))
+            config = Config(home=Path(home))
+            policy = SandboxPolicy.from_settings(config.sandbox, config.place)
             async with Toolbox(policy, fake) as toolbox:  # type: ignore[arg-type]
                 search = SessionTools(toolbox, mode="auto")
                 t0 = time.perf_counter()

@@ -63,7 +63,7 @@ def main(runs: int) -> None:
         def policy(sandbox: object) -> SandboxPolicy | None:
             entry = ServerConfig(command=sys.executable, args=(str(_FIXTURE),), sandbox=sandbox)  # pyright: ignore[reportArgumentType]
             config = Config(sandbox=SandboxConfig(), servers={"bench": entry}, home=Path(home))
-            return server_policy(config, "bench")
+            return server_policy(config.for_servers, "bench")
 
         rows = {
             "unconfined": None,

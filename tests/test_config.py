@@ -287,7 +287,8 @@ def test_protect_adds_names_unprotect_removes_only_defaults_and_shell_lifetime(t
         tmp_path,
         '[sandbox]\nprotect = ["Makefile", "./.github/workflows/"]\nunprotect = [".idea/"]\nshell_lifetime = 60\n',
     )
-    policy = SandboxPolicy.from_config(load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")}))
+    config = load_config(path, environ={"OMEGA_HOME": str(tmp_path / "home")})
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place)
     assert ".idea" not in policy.protected_names and ".vscode" in policy.protected_names
     assert policy.protected_names[-2:] == ("Makefile", ".github/workflows")
     assert policy.shell_lifetime_seconds == 60

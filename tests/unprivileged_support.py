@@ -30,6 +30,7 @@ PRELUDE = """
 import json, os, sys
 from pathlib import Path
 import anyio
+from omega_mcp.calling import CallContext
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.toolbox import Toolbox
 
@@ -45,7 +46,7 @@ def text(result):
     return "".join(getattr(block, "text", "") for block in result.content)
 
 async def call(box, name, args, owner=None):
-    result = await box.call_tool(name, args, owner=owner)
+    result = await box.call_tool(name, args, CallContext(owner=owner))
     return {"error": bool(result.is_error), "text": text(result)}
 """
 

@@ -15,6 +15,7 @@ from omega_mcp.version import __version__ as __version__
 TYPE_CHECKING = False  # `typing` is not imported at run time: `attach` (one per window) never pays for it
 
 _EXPORTS = {
+    "CallContext": "omega_mcp.calling",
     "Config": "omega_mcp.config",
     "ConfigError": "omega_mcp.errors",
     "OmegaError": "omega_mcp.errors",
@@ -34,6 +35,7 @@ __all__.append("__version__")
 
 if TYPE_CHECKING:
     from omega_mcp.agent.loop import run_agent as run_agent
+    from omega_mcp.calling import CallContext as CallContext
     from omega_mcp.config import Config as Config
     from omega_mcp.config import load_config as load_config
     from omega_mcp.errors import ConfigError as ConfigError

@@ -24,7 +24,6 @@ from typing import Any, Protocol, Self
 import anyio
 from anyio import AsyncContextManagerMixin
 from mcp import types
-from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, ValidationError
 
 from omega_mcp.arguments import ArgumentCheck
@@ -42,6 +41,7 @@ from omega_mcp.builtin.schemas import (
     WriteArgs,
 )
 from omega_mcp.builtin.workplace import Workplace, Workplaces
+from omega_mcp.calling import PROCESS, CallContext, Profile
 from omega_mcp.errors import (
     DownstreamError,
     DownstreamRefusedError,
@@ -52,16 +52,13 @@ from omega_mcp.errors import (
 from omega_mcp.names import FULL, Namespace, Naming, Route
 from omega_mcp.results import Wire, error_wire, from_wire, to_wire
 from omega_mcp.sandbox import zygote_client
-from omega_mcp.sandbox.approvals import Approver, Grants
+from omega_mcp.sandbox.approvals import Grants
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.sandbox.world import Worlds
 
-__all__ = ["DownstreamTools", "Profile", "ProgressFn", "Toolbox"]
+__all__ = ["DownstreamTools", "Toolbox"]
 
 logger = logging.getLogger(__name__)
-
-ProgressFn = ProgressFnT
-"""`(progress, total, message)`: the SDK's progress callback shape."""
 
 
 class DownstreamTools(Protocol):
@@ -106,27 +103,12 @@ class DownstreamTools(Protocol):
         server_name: str,
         tool_name: str,
         arguments: dict[str, Any],
-        *,
-        progress: ProgressFn | None = None,
-        meta: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
+        context: CallContext,
     ) -> Wire:
         """Forward one call; the downstream's result as wire JSON, untouched (failures are isError).
 
-        `extra`: the client's other call fields (`inputResponses`, `requestState`), passed on."""
-        ...
-
-
-class Profile(Protocol):
-    """Who is calling (`server/profiles.py`: a hub client): the tools it may call, where its built-ins run."""
-
-    @property
-    def policy(self) -> SandboxPolicy | None:
-        """The sandbox of its built-in calls (its own workspace and mode); None: the Toolbox's."""
-        ...
-
-    def permits(self, route: Route) -> bool:
-        """Whether it may see and call the tool at `route`."""
+        From `context`: the progress, `_meta` and other call fields passed on, the client its server's
+        requests go to, the session whose own connection it uses."""
         ...
 
 
@@ -276,23 +258,15 @@ class Toolbox(AsyncContextManagerMixin):
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        progress: ProgressFn | None = None,
-        meta: Mapping[str, Any] | None = None,
-        approve: Approver | None = None,
-        owner: object | None = None,
-        extra: Mapping[str, Any] | None = None,
-        profile: Profile | None = None,
+        context: CallContext = PROCESS,
     ) -> Wire:
         """Run one tool call; the result as wire JSON (a downstream's, untouched). The one call path.
 
-        Every failure but an unknown name is an isError result. `meta` is the caller's request `_meta`,
-        passed on to a downstream server. `approve` asks the caller's user to allow a write outside the
-        roots once (`on_denied = "ask"`); None denies it. `owner` is the caller's session (the MCP
-        server's connection; None for the process itself): it sees only its own background shells.
-        `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
-        `requestState`) for a downstream; its answer may then be an input-required round. `profile`
-        (a hub client's) limits the tools (another is unknown to it) and runs built-ins in its sandbox.
+        Every failure but an unknown name is an isError result. `context` (`calling.py`) says who calls
+        and how, and is passed on unchanged: its `profile` (a hub client's) limits the tools (another is
+        unknown to it) and runs built-ins in its sandbox; its `owner` sees only its own background
+        shells; its `approve` asks the user about a write outside the roots; a downstream gets its
+        `meta`, `extra` (its answer may then be an input-required round) and `progress`.
         This is the proxy's hot path: the route comes from a dict, the arguments are checked by a
         validator compiled once per tool, and the downstream's result is not parsed into models.
 
@@ -303,16 +277,15 @@ class Toolbox(AsyncContextManagerMixin):
         args = dict(arguments or {})
         try:
             route = await self._resolve(name)
+            profile = context.profile
             if profile is not None and not profile.permits(route):
                 raise self._unknown_to(profile, name)
             if route.server_name is None:
                 workplace = self._workplaces.of(profile.policy if profile is not None else None)
-                return to_wire(await self._call_builtin(route.tool_name, args, approve, owner, workplace))
+                return to_wire(await self._call_builtin(route.tool_name, args, context, workplace))
             self.check_arguments(route, args)
             assert self.downstreams is not None
-            return await self.downstreams.call_tool(
-                route.server_name, route.tool_name, args, progress=progress, meta=meta, extra=extra
-            )
+            return await self.downstreams.call_tool(route.server_name, route.tool_name, args, context)
         except (UnknownToolError, DownstreamRefusedError):
             raise
         except ToolError as exc:
@@ -335,26 +308,21 @@ class Toolbox(AsyncContextManagerMixin):
         self,
         name: str,
         arguments: Mapping[str, Any] | None = None,
-        *,
-        progress: ProgressFn | None = None,
-        meta: Mapping[str, Any] | None = None,
-        approve: Approver | None = None,
-        owner: object | None = None,
+        context: CallContext = PROCESS,
     ) -> types.CallToolResult:
         """`call_tool_wire` with the result as an SDK model (for the agent loop and the CLI).
 
         Raises:
             UnknownToolError: no tool has this name (or alias).
         """
-        raw = await self.call_tool_wire(name, arguments, progress=progress, meta=meta, approve=approve, owner=owner)
+        raw = await self.call_tool_wire(name, arguments, context)
         return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
     async def _call_builtin(
         self,
         tool_name: str,
         raw: dict[str, Any],
-        approve: Approver | None = None,
-        owner: object | None = None,
+        context: CallContext = PROCESS,
         workplace: Workplace | None = None,
     ) -> types.CallToolResult:
         builtin = self._builtins[tool_name]
@@ -363,7 +331,7 @@ class Toolbox(AsyncContextManagerMixin):
         except ValidationError as exc:
             raise InvalidArgumentsError(_pydantic_message(tool_name, exc)) from None
         workplace = workplace or self._workplaces.own
-        worlds = workplace.worlds
+        worlds, owner = workplace.worlds, context.owner
         if owner is _shells.NO_SESSION and worlds.private and isinstance(args, ReadArgs):
             # A read writes nothing, so every session-less read can share one world whose /tmp nobody
             # writes (it looks as empty as a fresh one): its file worker starts once, not once per call.
@@ -372,23 +340,22 @@ class Toolbox(AsyncContextManagerMixin):
             # No session to end: this call's /tmp lasts as long as the call.
             policy = await anyio.to_thread.run_sync(worlds.fresh)
             try:
-                return await self._run_builtin(args, policy, approve, owner, workplace)
+                return await self._run_builtin(args, policy, context, workplace)
             finally:
                 if _made(policy):  # a `read` never makes it
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(Worlds.discard, policy)
         policy = worlds.known(owner) or await anyio.to_thread.run_sync(worlds.policy_for, owner)
-        return await self._run_builtin(args, policy, approve, owner, workplace)
+        return await self._run_builtin(args, policy, context, workplace)
 
     async def _run_builtin(
         self,
         args: BaseModel,
         policy: SandboxPolicy,
-        approve: Approver | None,
-        owner: object | None,
+        context: CallContext,
         workplace: Workplace,
     ) -> types.CallToolResult:
-        tree = workplace.tree
+        tree, owner, approve = workplace.tree, context.owner, context.approve
         match args:
             case BashArgs():
                 return await _bash.run_bash(policy, args, self._shells, owner=owner, tree=tree)

@@ -31,7 +31,8 @@ class Host:
 
 def policy(tmp_path: Path, mode: SandboxMode = "sandbox") -> SandboxPolicy:
     sandbox = SandboxConfig(workspace=tmp_path / "ws", write_roots=(tmp_path / "extra",))
-    return SandboxPolicy.from_config(Config(sandbox=sandbox, home=tmp_path / "home"), mode=mode)
+    config = Config(sandbox=sandbox, home=tmp_path / "home")
+    return SandboxPolicy.from_settings(config.sandbox, config.place, mode=mode)
 
 
 def test_the_default_prompt_names_workspace_mode_write_roots_network_date_and_tool_names(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from mcp import types
 from session_support import Fake, Terminal, cli, run, start_fake, stop_fakes, tool_results
 
 from omega_mcp.agent.approve import ApprovingTools, TerminalApprover, approving_tools, question
+from omega_mcp.calling import PROCESS, CallContext
 from omega_mcp.errors import PathDeniedError, ToolError
 from omega_mcp.sandbox.approvals import ApprovalRequest, Approver
 from waits import deadline
@@ -292,10 +293,8 @@ class Host:
     async def list_tools(self) -> list[types.Tool]:
         return []
 
-    async def call_tool(
-        self, name: str, arguments: Any = None, *, approve: Approver | None = None
-    ) -> types.CallToolResult:
-        self.approvers.append(approve)
+    async def call_tool(self, name: str, arguments: Any = None, context: CallContext = PROCESS) -> types.CallToolResult:
+        self.approvers.append(context.approve)
         return types.CallToolResult(content=[])
 
 

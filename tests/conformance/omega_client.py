@@ -93,7 +93,7 @@ async def login(config: Config) -> None:
 @asynccontextmanager
 async def hub(config: Config) -> AsyncIterator[Any]:
     policy = SandboxPolicy(mode="rwx", home=config.home, workspace=config.home / "ws", tmp_dir=config.home / "tmp")
-    async with Downstreams.from_config(config) as downstreams, Toolbox(policy, downstreams) as toolbox:
+    async with Downstreams.from_config(config.for_servers) as downstreams, Toolbox(policy, downstreams) as toolbox:
         await downstreams.wait_ready()
         yield build_server(toolbox, catalog=downstreams)
 

@@ -125,5 +125,5 @@ def test_max_message_mb_defaults_to_64_and_is_strict():
 
 def test_the_config_bound_reaches_each_server():
     config = Config.model_validate({"hub": {"max_message_mb": 3}, "servers": {"s": {"command": sys.executable}}})
-    downstreams = Downstreams.from_config(config)
+    downstreams = Downstreams.from_config(config.for_servers)
     assert downstreams._entries["s"].spec.max_message_bytes == 3 * _MIB  # pyright: ignore[reportPrivateUsage]

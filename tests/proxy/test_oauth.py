@@ -83,7 +83,7 @@ async def _login(config: Config) -> str:
 
 @asynccontextmanager
 async def _hub(config: Config) -> AsyncIterator[Downstreams]:
-    async with Downstreams.from_config(config, one_shot=True) as downstreams:
+    async with Downstreams.from_config(config.for_servers, one_shot=True) as downstreams:
         with deadline(_BOUND_SECONDS):
             await downstreams.wait_ready()
         yield downstreams

@@ -37,7 +37,7 @@ async def test_the_example_time_server_once_uncommented_exports_its_tools_and_an
     assert list(example.servers) == []  # shipped commented out: it needs `pip install mcp-server-time`
     config = load_config(uncommented_example(tmp_path), environ={"HOME": str(Path.home())})  # no OMEGA_PYTHON
     assert config.servers["time"].command == sys.executable
-    async with Downstreams.from_config(config) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
+    async with Downstreams.from_config(config.for_servers) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
         names = [t.name for t in await toolbox.list_tools()]
         result = await toolbox.call_tool("mcp__time__get_current_time", {"timezone": "UTC"})
     assert {"mcp__time__get_current_time", "mcp__time__convert_time"} <= set(names)

@@ -47,8 +47,11 @@ async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(
 ):
     log = tmp_path / "received.jsonl"
     config = load_config(_config(tmp_path, "--log-file", str(log)))
-    early.start(config)
-    async with Downstreams.from_config(config, early=early) as downstreams, Toolbox(rwx_policy, downstreams) as toolbox:
+    early.start(config.for_servers)
+    async with (
+        Downstreams.from_config(config.for_servers, early=early) as downstreams,
+        Toolbox(rwx_policy, downstreams) as toolbox,
+    ):
         result = await toolbox.call_tool("mcp__fx__echo", {"text": "early"})
         assert [s.state for s in downstreams.statuses()] == ["connected"]
     received = [json.loads(line) for line in log.read_text().splitlines()]
@@ -63,14 +66,14 @@ async def test_a_prespawned_server_is_adopted_and_initialized_exactly_once(
 async def test_prespawned_servers_nobody_adopts_are_killed_with_their_children(tmp_path: Path):
     pid_file = tmp_path / "fx.pid"
     with spawn.EarlyStarts() as early:
-        early.start(load_config(_config(tmp_path, "--pid-file", str(pid_file), "--spawn-child")))
+        early.start(load_config(_config(tmp_path, "--pid-file", str(pid_file), "--spawn-child")).for_servers)
         await wait_until(lambda: Path(f"{pid_file}.child").exists())
         pids = [read_pid(pid_file), read_pid(f"{pid_file}.child")]
     await wait_until(lambda: not any(alive(pid) for pid in pids))
 
 
 def test_a_changed_command_line_is_not_adopted(tmp_path: Path, early: spawn.EarlyStarts):
-    early.start(load_config(_config(tmp_path)))
+    early.start(load_config(_config(tmp_path)).for_servers)
     assert early.adopt("fx", sys.executable, [str(ECHO_SERVER), "--other"], None, None) is None
     assert early.adopt("other", sys.executable, [str(ECHO_SERVER)], None, None) is None
     adopted = early.adopt("fx", sys.executable, [str(ECHO_SERVER)], None, None)
@@ -89,8 +92,11 @@ async def test_the_early_initialize_declares_what_omega_can_pass_on(
     `initialize` says so (a TypeScript SDK server checks before it asks); a one-shot command has only roots."""
     log = tmp_path / "received.jsonl"
     config = load_config(_config(tmp_path, "--log-file", str(log)))
-    early.start(config, serving=serving)
-    async with Downstreams.from_config(config, early=early) as downstreams, Toolbox(rwx_policy, downstreams):
+    early.start(config.for_servers, serving=serving)
+    async with (
+        Downstreams.from_config(config.for_servers, early=early) as downstreams,
+        Toolbox(rwx_policy, downstreams),
+    ):
         await downstreams.wait_ready()
     received = [json.loads(line) for line in log.read_text().splitlines()]
     [initialize] = [m for m in received if m.get("method") == "initialize"]

@@ -168,6 +168,7 @@ def _workers_running() -> set[int]:
 
 async def test_session_less_reads_share_one_world_instead_of_starting_a_worker_each(tmp_path: Path) -> None:
     from omega_mcp.builtin.shells import NO_SESSION
+    from omega_mcp.calling import CallContext
     from omega_mcp.toolbox import Toolbox
 
     workspace = tmp_path / "ws"
@@ -177,9 +178,9 @@ async def test_session_less_reads_share_one_world_instead_of_starting_a_worker_e
     before = _workers_running()
     async with Toolbox(policy) as box:
         for _ in range(3):  # as three 2026-era HTTP requests, which have no session
-            result = await box.call_tool("read", {"file_path": "f.txt"}, owner=NO_SESSION)
+            result = await box.call_tool("read", {"file_path": "f.txt"}, CallContext(owner=NO_SESSION))
             assert "stateless" in _text(result) and not result.is_error
-            listed = await box.call_tool("read", {"file_path": "/tmp"}, owner=NO_SESSION)
+            listed = await box.call_tool("read", {"file_path": "/tmp"}, CallContext(owner=NO_SESSION))
             assert listed.is_error  # /tmp is a directory here, and an empty world's at that
         started = _workers_running() - before
     # One live worker: the reads share one world (a world per read discards each worker after its call).

@@ -70,12 +70,12 @@ def test_a_server_follows_sandbox_servers_unless_it_says_otherwise(
 ):
     head = f"[sandbox]\nservers = {default}\n" if default else ""
     config = _config(tmp_path, head + _server("s", own))
-    assert (server_policy(config, "s") is not None) is confined
+    assert (server_policy(config.for_servers, "s") is not None) is confined
 
 
 def test_a_remote_server_is_never_confined(tmp_path: Path, home: Path):
     config = _config(tmp_path, '[sandbox]\nservers = "confined"\n[servers.r]\nurl = "https://example.com/mcp"\n')
-    assert server_policy(config, "r") is None
+    assert server_policy(config.for_servers, "r") is None
     assert describe_confinement(None) == {"confined": False}
 
 
@@ -84,7 +84,7 @@ def test_a_remote_server_is_never_confined(tmp_path: Path, home: Path):
 
 def test_default_confinement_writes_only_its_own_directory_and_its_tmp_and_has_no_network(tmp_path: Path, home: Path):
     config = _config(tmp_path, _server("s", '"default"'))
-    policy = server_policy(config, "s")
+    policy = server_policy(config.for_servers, "s")
     assert policy is not None
     own = tmp_path / "omega" / "servers" / "s"
     assert (policy.mode, policy.workspace, policy.server_name, policy.read_only) == ("sandbox", own, "s", False)
@@ -97,14 +97,14 @@ def test_default_confinement_writes_only_its_own_directory_and_its_tmp_and_has_n
 
 
 def test_network_true_is_rx_mode(tmp_path: Path, home: Path):
-    policy = server_policy(_config(tmp_path, _server("s", "{ network = true }")), "s")
+    policy = server_policy(_config(tmp_path, _server("s", "{ network = true }")).for_servers, "s")
     assert policy is not None and policy.mode == "rx" and policy.bash_network
 
 
 def test_cwd_replaces_its_directory_and_write_roots_expand_like_paths_in_the_file(tmp_path: Path, home: Path):
     roots = '["~/.state", "data", "/srv/x/../y"]'
     config = _config(tmp_path, _server("s", f"{{ write_roots = {roots} }}", extra=f'cwd = "{tmp_path / "repo"}"\n'))
-    policy = server_policy(config, "s")
+    policy = server_policy(config.for_servers, "s")
     assert policy is not None
     assert policy.workspace == tmp_path / "repo"
     own = tmp_path / "omega" / "servers" / "s"  # its caches live there, wherever its cwd is
@@ -114,7 +114,7 @@ def test_cwd_replaces_its_directory_and_write_roots_expand_like_paths_in_the_fil
 
 def test_read_only_writes_nothing_but_its_tmp(tmp_path: Path, home: Path):
     config = _config(tmp_path, _server("s", '{ read_only = true, write_roots = ["/srv"] }', command="npx"))
-    policy = server_policy(config, "s")
+    policy = server_policy(config.for_servers, "s")
     assert policy is not None and policy.read_only
     assert policy.write_roots == ()  # not even its own directory (the launcher's cache)
     assert policy.bash_write_roots == (Path("/tmp"),)
@@ -122,7 +122,7 @@ def test_read_only_writes_nothing_but_its_tmp(tmp_path: Path, home: Path):
 
 def test_a_launchers_caches_are_its_own_never_the_users(tmp_path: Path, home: Path):
     """A shared ~/.npm would let a confined server plant code that the user's own npx runs later."""
-    npx = server_policy(_config(tmp_path, _server("s", '"default"', command="npx")), "s")
+    npx = server_policy(_config(tmp_path, _server("s", '"default"', command="npx")).for_servers, "s")
     assert npx is not None
     own = tmp_path / "omega" / "servers" / "s"
     assert npx.write_roots == (own,) and home / ".npm" not in npx.bash_write_roots
@@ -135,7 +135,7 @@ def test_a_launchers_caches_are_its_own_never_the_users(tmp_path: Path, home: Pa
 def test_hidden_is_bashs_list_plus_hide_minus_unhide(tmp_path: Path, home: Path):
     head = '[sandbox]\nhide = ["/srv/secret-a"]\n'
     own = '{ hide = ["/srv/secret-b"], unhide = ["~/.npmrc"] }'
-    policy = server_policy(_config(tmp_path, head + _server("s", own)), "s")
+    policy = server_policy(_config(tmp_path, head + _server("s", own)).for_servers, "s")
     assert policy is not None
     assert {home / ".ssh", home / ".aws", Path("/srv/secret-a"), Path("/srv/secret-b")} <= set(policy.hidden)
     assert home / ".npmrc" not in policy.hidden
@@ -146,7 +146,7 @@ def test_the_other_confined_servers_directories_are_hidden_even_before_they_exis
     text = '[sandbox]\nservers = "confined"\n' + _server("a") + _server("b") + _server("u", '"none"')
     text += _server("c", extra=f'cwd = "{tmp_path}"\n') + '[servers.r]\nurl = "https://example.com/mcp"\n'
     config = _config(tmp_path, text)
-    policy = server_policy(config, "a")
+    policy = server_policy(config.for_servers, "a")
     assert policy is not None
     servers = tmp_path / "omega" / "servers"
     assert {servers / "b", servers / "c"} <= set(policy.hidden)  # c keeps its caches there
@@ -167,7 +167,7 @@ def test_caches_the_servers_env_places_become_write_roots(tmp_path: Path, home: 
     config = _config(
         tmp_path, _server("s", '"default"', command="npx", extra='env = { npm_config_cache = "/x/npm" }\n')
     )
-    policy = server_policy(config, "s")
+    policy = server_policy(config.for_servers, "s")
     assert policy is not None and Path("/x/npm") in policy.write_roots
 
 
@@ -183,7 +183,7 @@ def _skip_without_sandbox() -> None:
 def test_server_argv_makes_the_directories_it_needs_and_runs_the_command_last(tmp_path: Path, home: Path):
     _skip_without_sandbox()
     config = _config(tmp_path, '[sandbox]\nservers = "confined"\n' + _server("a", command="npx") + _server("b"))
-    policy = server_policy(config, "a")
+    policy = server_policy(config.for_servers, "a")
     assert policy is not None
     argv = server_argv(policy, "/usr/bin/npx", ["-y", "pkg"])
     assert argv[argv.index("--") + 1 :] == ["/usr/bin/npx", "-y", "pkg"]
@@ -197,14 +197,14 @@ def test_server_argv_makes_the_directories_it_needs_and_runs_the_command_last(tm
 
 def test_server_argv_with_network_keeps_the_host_network(tmp_path: Path, home: Path):
     _skip_without_sandbox()
-    policy = server_policy(_config(tmp_path, _server("s", "{ network = true }")), "s")
+    policy = server_policy(_config(tmp_path, _server("s", "{ network = true }")).for_servers, "s")
     assert policy is not None
     argv = server_argv(policy, ECHO, [])
     assert "--netns" not in argv and "--deny-tcp" not in argv
 
 
 def test_a_confined_command_not_on_path_raises_as_popen_would(tmp_path: Path, home: Path):
-    policy = server_policy(_config(tmp_path, _server("s", '"default"')), "s")
+    policy = server_policy(_config(tmp_path, _server("s", '"default"')).for_servers, "s")
     assert policy is not None
     with pytest.raises(FileNotFoundError):
         spawn("no-such-command-omega", [], {"PATH": str(tmp_path)}, None, confinement=policy)
@@ -221,7 +221,7 @@ def confined(tmp_path: Path, home: Path) -> Config:
 
 
 def _explain(config: Config, name: str, *lines: str) -> str | None:
-    policy = server_policy(config, name)
+    policy = server_policy(config.for_servers, name)
     assert policy is not None
     return explain_denial(policy, lines)
 
@@ -293,7 +293,7 @@ def test_a_server_that_lives_under_tmp_still_runs_and_tmp_stays_private(tmp_path
     fixture = Path(__file__).parents[1] / "fixtures" / "hostile_server.py"
     script = tmp_path / "server.py"  # under /tmp: pytest's tmp_path lives there
     script.write_text(fixture.read_text())
-    policy = server_policy(_config(tmp_path, _server("s", '"default"', command=sys.executable)), "s")
+    policy = server_policy(_config(tmp_path, _server("s", '"default"', command=sys.executable)).for_servers, "s")
     assert policy is not None
     env = server_environment(policy, {"PATH": os.environ["PATH"], "HOME": str(home)})
     argv = server_argv(policy, sys.executable, [str(script)])

@@ -25,6 +25,7 @@ from mcp import types
 
 import launch_support
 from bash_processes import Markers, assert_gone, wait_running
+from omega_mcp.calling import CallContext
 from omega_mcp.errors import ToolError
 from omega_mcp.sandbox import probe, zygote_client
 from omega_mcp.sandbox.launch import bash_launch
@@ -138,7 +139,9 @@ async def test_the_commands_of_one_session_share_its_tmp_and_loopback(box: Toolb
 async def test_another_session_sees_neither_the_tmp_nor_the_loopback_of_one(box: Toolbox) -> None:
     await _bash(box, "echo mine > /tmp/omega-zygote-private", owner=None)
     other = object()
-    result = await box.call_tool("bash", {"command": "cat /tmp/omega-zygote-private; echo rc=$?"}, owner=other)
+    result = await box.call_tool(
+        "bash", {"command": "cat /tmp/omega-zygote-private; echo rc=$?"}, CallContext(owner=other)
+    )
     assert "mine" not in _text(result)
     assert "rc=1" in _text(result)
     await box.end_session(other)
@@ -151,10 +154,10 @@ async def test_a_session_is_prepared_once_and_ends_with_its_client(box: Toolbox)
     owner = object()
     await _bash(box, "true")  # the launcher runs (started in the background, or by this call)
     before = set(_session_processes())
-    await box.call_tool("bash", {"command": "true"}, owner=owner)
+    await box.call_tool("bash", {"command": "true"}, CallContext(owner=owner))
     mine = set(_session_processes()) - before
     assert len(mine) == 1, mine
-    await box.call_tool("bash", {"command": "true"}, owner=owner)
+    await box.call_tool("bash", {"command": "true"}, CallContext(owner=owner))
     assert set(_session_processes()) - before == mine  # the second call reused the session
     await box.end_session(owner)
     await _gone(*mine)
@@ -197,12 +200,12 @@ async def test_sessions_beyond_the_cap_are_closed_oldest_first(box: Toolbox, mon
     owners = [object() for _ in range(3)]
     await _bash(box, "true")  # the launcher runs
     before = set(_session_processes())
-    await box.call_tool("bash", {"command": "true"}, owner=owners[0])
+    await box.call_tool("bash", {"command": "true"}, CallContext(owner=owners[0]))
     oldest = set(_session_processes()) - before
     for owner in owners[1:]:
-        await box.call_tool("bash", {"command": "true"}, owner=owner)
+        await box.call_tool("bash", {"command": "true"}, CallContext(owner=owner))
     await _gone(*oldest)
-    result = await box.call_tool("bash", {"command": "echo again"}, owner=owners[0])
+    result = await box.call_tool("bash", {"command": "echo again"}, CallContext(owner=owners[0]))
     assert _text(result) == "again\n"  # a closed session is simply prepared again
     for owner in owners:
         await box.end_session(owner)
@@ -248,10 +251,10 @@ async def test_a_command_running_when_the_zygote_dies_is_killed_with_all_it_star
 
 async def test_a_killed_session_process_is_replaced_on_the_next_call(box: Toolbox) -> None:
     owner = object()
-    await box.call_tool("bash", {"command": "true"}, owner=owner)
+    await box.call_tool("bash", {"command": "true"}, CallContext(owner=owner))
     for session in _session_processes():
         os.kill(session, signal.SIGKILL)
-    result = await box.call_tool("bash", {"command": "echo $$"}, owner=owner)
+    result = await box.call_tool("bash", {"command": "echo $$"}, CallContext(owner=owner))
     assert (result.is_error, _text(result)) == (False, "2\n")
     await box.end_session(owner)
 
@@ -261,14 +264,14 @@ async def test_a_session_that_does_not_answer_fails_the_call_runs_nothing_and_is
 ) -> None:
     owner = object()
     before = set(_session_processes()) if zygote_client.launcher_pid() else set[int]()
-    await box.call_tool("bash", {"command": "true"}, owner=owner)
+    await box.call_tool("bash", {"command": "true"}, CallContext(owner=owner))
     (stuck,) = set(_session_processes()) - before
     monkeypatch.setattr(zygote_client, "START_SECONDS", 0.5)
     proof = policy.workspace / "ran"
     os.kill(stuck, signal.SIGSTOP)
     try:
         with deadline(10):
-            result = await box.call_tool("bash", {"command": f"touch {proof}"}, owner=owner)
+            result = await box.call_tool("bash", {"command": f"touch {proof}"}, CallContext(owner=owner))
     finally:
         os.kill(stuck, signal.SIGCONT)
     assert result.is_error
@@ -276,7 +279,7 @@ async def test_a_session_that_does_not_answer_fails_the_call_runs_nothing_and_is
     await _gone(stuck)  # resumed, it finds the request abandoned and its socket closed: it ends
     assert not proof.exists()
     monkeypatch.undo()
-    again = await box.call_tool("bash", {"command": "echo $$"}, owner=owner)
+    again = await box.call_tool("bash", {"command": "echo $$"}, CallContext(owner=owner))
     assert (again.is_error, _text(again)) == (False, "2\n")  # a new session
     await box.end_session(owner)
 

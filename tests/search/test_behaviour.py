@@ -163,7 +163,8 @@ def test_the_hubs_instructions_say_which_tools_are_omegas_own() -> None:
     from omega_mcp.sandbox.policy import SandboxPolicy
     from omega_mcp.server.instructions import hub_instructions
 
-    policy = SandboxPolicy.from_config(Config())
+    config = Config()
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place)
     text = hub_instructions(policy, {"write_roots": []}, ["github"])
     assert "Only bash, read, write, edit, bash_output and kill_shell are omega's own" in text
     assert "[omega built-in]" in text

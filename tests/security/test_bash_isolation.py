@@ -299,7 +299,7 @@ def _policy_from(tmp_path: Path, toml: str) -> SandboxPolicy:
     config_file.parent.mkdir(exist_ok=True)
     config_file.write_text(toml)
     config = load_config(config_file, environ={"OMEGA_HOME": str(tmp_path / "home"), "HOME": os.environ["HOME"]})
-    policy = SandboxPolicy.from_config(config, workspace=tmp_path / "ws")
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place, workspace=tmp_path / "ws")
     (tmp_path / "ws").mkdir(exist_ok=True)
     return replace(policy, tmp_dir=tmp_path / "tmp")
 

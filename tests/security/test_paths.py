@@ -444,7 +444,7 @@ async def test_a_servers_toml_in_the_server_cwd_cannot_be_created_by_the_file_to
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     config = Config(home=tmp_path / "home")
-    policy = SandboxPolicy.from_config(config, workspace=cwd)
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place, workspace=cwd)
     await _denied_write(policy, "servers.toml", watch=tmp_path)
     assert not (cwd / "servers.toml").exists()
 

@@ -93,10 +93,10 @@ async def test_a_restarted_python_server_does_not_import_a_module_planted_in_ome
     monkeypatch.chdir(ws)  # omega started from the project, as Claude Code starts it
     monkeypatch.setenv("OMEGA_HOME", str(tmp_path / "home"))
     config = load_config(config_path)
-    policy = SandboxPolicy.from_config(config)
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place)
     guard = LaunchGuard.of(policy)
     async with (
-        Downstreams.from_config(config, guard=guard, backoff_seconds=0.05) as downstreams,
+        Downstreams.from_config(config.for_servers, guard=guard, backoff_seconds=0.05) as downstreams,
         Toolbox(policy, downstreams) as toolbox,
     ):
         with deadline(30):
@@ -231,8 +231,8 @@ async def test_a_restarted_npx_server_does_not_run_a_package_planted_in_omegas_c
     monkeypatch.chdir(ws)  # omega started from the project, as Claude Code starts it
     monkeypatch.setenv("OMEGA_HOME", str(tmp_path / "home"))
     config = load_config(config_path)
-    policy = SandboxPolicy.from_config(config)
-    async with Downstreams.from_config(config, guard=LaunchGuard.of(policy), backoff_seconds=0.05):
+    policy = SandboxPolicy.from_settings(config.sandbox, config.place)
+    async with Downstreams.from_config(config.for_servers, guard=LaunchGuard.of(policy), backoff_seconds=0.05):
         with deadline(60):
             while "done" not in (starts.read_text() if starts.exists() else ""):  # noqa: ASYNC110 - a test poll
                 await anyio.sleep(0.05)

@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 from mcp import types
 
+from omega_mcp.calling import PROCESS, CallContext
 from omega_mcp.errors import PathDeniedError, ToolError
 from omega_mcp.sandbox.approvals import ApprovalRequest, Approver
 
@@ -220,12 +221,12 @@ def _isatty(stream: TextIO) -> bool:
 
 
 class ApprovableTools(Protocol):
-    """A tool host whose calls take an `approve` callback (`omega_mcp.toolbox.Toolbox`)."""
+    """A tool host whose calls take the call's context, its approver included (`omega_mcp.toolbox.Toolbox`)."""
 
     async def list_tools(self) -> list[types.Tool]: ...
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, approve: Approver | None = None
+        self, name: str, arguments: Mapping[str, Any] | None = None, context: CallContext = PROCESS
     ) -> types.CallToolResult: ...
 
 
@@ -247,7 +248,7 @@ class ApprovingTools:
         """
         approver = self._approver
         approve = approver.for_tool(name) if isinstance(approver, TerminalApprover) else approver
-        return await self._tools.call_tool(name, arguments, approve=approve)
+        return await self._tools.call_tool(name, arguments, CallContext(approve=approve))
 
 
 @contextmanager

@@ -114,7 +114,7 @@ def run_options(
     if sandbox is None:
         from omega_mcp.sandbox.policy import SandboxPolicy
 
-        sandbox = SandboxPolicy.from_config(config)
+        sandbox = SandboxPolicy.from_settings(config.sandbox, config.place)
     prompt = system_prompt(system, append=config.agent.system_append, policy=sandbox, tools=not no_tools, today=today)
     allowed = () if no_tools else (tuple(allow_tools) if allow_tools is not None else None)
     streaming = not json_output and (streams_live(stdout) if stream is None else stream)

@@ -227,7 +227,7 @@ async def _reload(
         logger.error("SIGHUP: %s; the running config is kept", exc)
         return config
     profiles.replace(new.hub.clients)
-    done = await reconfigure(downstreams, specs_from_config(new, launch_guard(new, policy)))
+    done = await reconfigure(downstreams, specs_from_config(new.for_servers, launch_guard(new, policy)))
     kept = {"clients", "drain_seconds"}
     if new.sandbox != config.sandbox or new.hub.model_dump(exclude=kept) != config.hub.model_dump(exclude=kept):
         logger.warning("SIGHUP: [sandbox] and [hub] settings other than the clients take effect at the next start")

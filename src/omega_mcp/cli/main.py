@@ -507,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Downstream servers start loading now, while omega itself is still importing the SDK
                 # (not for a command that cannot use them: claude-config, import, a built-in call,
                 # agent --no-tools).
-                early.start(config, serving=args.command == "serve", guard=launch_guard(config, args))
+                early.start(config.for_servers, serving=args.command == "serve", guard=launch_guard(config, args))
             return _run(config, args, guard, early)
     except (ConfigError, UsageError) as exc:
         for line in str(exc).splitlines() or [""]:  # a ConfigError may carry several problems, one a line

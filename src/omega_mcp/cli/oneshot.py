@@ -89,7 +89,10 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
         }
         code = EXIT_FAILURE if any(_state(s) == "failed" for s in statuses) else EXIT_OK
         guard = launch_guard(config, policy)
-        confined = {s.server_name: describe_confinement(server_policy(config, s.server_name, guard)) for s in statuses}
+        confined = {
+            s.server_name: describe_confinement(server_policy(config.for_servers, s.server_name, guard))
+            for s in statuses
+        }
         if args.json:
             servers = {
                 s.server_name: {
@@ -108,7 +111,7 @@ async def run_tools(config: Config, args: argparse.Namespace, out: TextIO, early
                 "servers": servers,
                 "sandbox": {
                     **sandbox,
-                    "layers": sandbox_layers(policy, sandbox, confined_servers(config, guard)),
+                    "layers": sandbox_layers(policy, sandbox, confined_servers(config.for_servers, guard)),
                     "workspace": str(policy.workspace),
                     "file_write_roots": [str(p) for p in policy.file_write_roots],
                 },

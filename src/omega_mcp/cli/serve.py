@@ -85,7 +85,7 @@ async def _serve(
         policy = toolbox.policy
         sandbox: dict[str, Any] = describe_sandbox(policy)
         logger.info("%s", _sandbox_line(sandbox))
-        confined = confined_servers(config, launch_guard(config, policy))
+        confined = confined_servers(config.for_servers, launch_guard(config, policy))
         logger.info("%s", summary(sandbox_layers(policy, sandbox, confined)))
         for warning in sandbox["warnings"]:
             logger.warning("sandbox: %s", warning)

@@ -191,7 +191,7 @@ async def open_toolbox(
                 await stack.enter_async_context(sampler)
             requests = ClientRequests(serving=args.command == "serve", sampler=sampler)
             downstreams = Downstreams.from_config(
-                config,
+                config.for_servers,
                 guard=launch_guard(config, policy),
                 startup_wait_seconds=startup_wait,
                 early=early,

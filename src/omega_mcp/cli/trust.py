@@ -34,7 +34,9 @@ def policy_for(config: Config, args: argparse.Namespace) -> SandboxPolicy:
     from omega_mcp.sandbox.policy import SandboxPolicy
 
     workspace = Path(os.path.expanduser(args.workspace)).absolute() if getattr(args, "workspace", None) else None
-    return SandboxPolicy.from_config(config, mode=getattr(args, "mode", None), workspace=workspace)
+    return SandboxPolicy.from_settings(
+        config.sandbox, config.place, mode=getattr(args, "mode", None), workspace=workspace
+    )
 
 
 def launch_guard(config: Config, args: argparse.Namespace) -> LaunchGuard:
@@ -86,7 +88,7 @@ def server_root_problems(config: Config) -> list[RootProblem]:
     problems: list[RootProblem] = []
     for name, entry in config.servers.items():
         settings = entry.confinement(config.sandbox.servers)
-        server = server_policy(config, name) if settings is not None and entry.enabled else None
+        server = server_policy(config.for_servers, name) if settings is not None and entry.enabled else None
         if server is None or settings is None:
             continue
         if settings.read_only:

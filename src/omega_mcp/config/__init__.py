@@ -24,6 +24,7 @@ from omega_mcp.config.tables import (
     AgentConfig,
     ClientConfig,
     Config,
+    ConfigPlace,
     HubConfig,
     OnDenied,
     SamplingConfig,
@@ -32,6 +33,7 @@ from omega_mcp.config.tables import (
     ServerConfig,
     ServerConfinement,
     ServerSandboxConfig,
+    ServersSection,
     omega_home,
 )
 
@@ -39,6 +41,7 @@ __all__ = [
     "AgentConfig",
     "ClientConfig",
     "Config",
+    "ConfigPlace",
     "HubConfig",
     "OnDenied",
     "SamplingConfig",
@@ -47,6 +50,7 @@ __all__ = [
     "ServerConfig",
     "ServerConfinement",
     "ServerSandboxConfig",
+    "ServersSection",
     "find_config_path",
     "load_config",
     "omega_home",

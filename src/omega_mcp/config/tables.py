@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -158,6 +159,10 @@ class SandboxConfig(_Strict):
     _name_lists = field_validator("protect", "unprotect", mode="before")(_protected_names)
 
     _only_default_names = field_validator("unprotect")(_unprotect_defaults)
+
+    def workspace_in(self, home: Path) -> Path:
+        """The workspace directory (absolute; may not exist yet): `workspace`, else `<home>/workspace`."""
+        return self.workspace or home / "workspace"
 
 
 class ServerSandboxConfig(_Strict):
@@ -458,8 +463,56 @@ class Config(_Strict):
     @property
     def workspace(self) -> Path:
         """The workspace directory (absolute; may not exist yet)."""
-        return self.sandbox.workspace or self.home / "workspace"
+        return self.sandbox.workspace_in(self.home)
+
+    @property
+    def place(self) -> ConfigPlace:
+        """Where this configuration lives."""
+        return ConfigPlace(self.home, self.path)
+
+    @property
+    def for_servers(self) -> ServersSection:
+        """What starting and confining the downstream servers reads of the file (`proxy/`, `sandbox/servers.py`)."""
+        return ServersSection(
+            self.servers,
+            self.sandbox,
+            self.place,
+            dict(self._problems),
+            self.hub.max_message_mb,
+            self.sampling.provider is not None,
+        )
 
     def server_problem(self, server_name: str) -> str | None:
         """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
         return self._problems.get(server_name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigPlace:
+    """Where a configuration lives: omega's data directory (`$OMEGA_HOME`) and the file read (None: none)."""
+
+    home: Path
+    path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServersSection:
+    """The part of the file that starting the downstream servers reads (the supervisor, the early starts,
+    their confinement): `[servers]` (each one's own settings, and the others' directories to hide),
+    `[sandbox]` (the default confinement, the limits and lists every confined server shares), where
+    the file lives (the servers' directories, the pins, the file to hide) and two of `[hub]` and
+    `[sampling]`: the message bound and whether omega's own provider answers sampling."""
+
+    servers: Mapping[str, ServerConfig]
+    sandbox: SandboxConfig
+    place: ConfigPlace
+    problems: Mapping[str, str]
+    """Why a server cannot start although the file is valid (`Config.server_problem`)."""
+    max_message_mb: int
+    """`[hub] max_message_mb`."""
+    own_sampling: bool
+    """`[sampling] provider` is set: omega declares sampling to its servers even with no client."""
+
+    def server_problem(self, server_name: str) -> str | None:
+        """Why `[servers.NAME]` cannot start although the file is valid (an unset variable), or None."""
+        return self.problems.get(server_name)

@@ -15,7 +15,6 @@ client whose response stream closes with the result would never see that progres
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -26,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
+from omega_mcp.calling import PROCESS, CallContext
 from omega_mcp.errors import DownstreamRefusedError
 from omega_mcp.proxy.modern import RESERVED_META
 from omega_mcp.proxy.oauth import step_up_needed
@@ -70,16 +70,14 @@ async def forward_call(
     session: DownstreamSession,
     tool_name: str,
     arguments: dict[str, Any],
-    *,
-    progress: ProgressFnT | None = None,
-    meta: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
+    context: CallContext = PROCESS,
 ) -> Wire:
     """Send one tools/call and return the result as wire JSON; failures are isError results.
 
-    `extra` holds the client's other call fields (a 2026-era retry's `inputResponses` and
-    `requestState`), passed on as they are; for a 2026-era client an input-required round of a
-    2026-era server comes back as it is (`resultType: "input_required"`).
+    From `context`: the caller's `_meta` and progress, and its `extra` (the client's other call fields:
+    a 2026-era retry's `inputResponses` and `requestState`), passed on as they are; its `caller`, as
+    whose client the request is sent: for a 2026-era client an input-required round of a 2026-era
+    server comes back as it is (`resultType: "input_required"`).
 
     Traced (server/tracing.py), the call is a CLIENT span, child of the client's request span; the
     SDK's own send span under it carries the trace context downstream in `_meta` (its
@@ -90,7 +88,7 @@ async def forward_call(
             connection); an MCP client gets that error as it is.
     """
     if not trace.get_current_span().is_recording():
-        return await _forward(session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
+        return await _forward(session, tool_name, arguments, context)
     server_name = session.spec.server_name
     attributes = {
         "mcp.method.name": "tools/call",
@@ -106,7 +104,7 @@ async def forward_call(
         set_status_on_exception=False,
     ) as span:
         try:
-            result = await _forward(session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
+            result = await _forward(session, tool_name, arguments, context)
         except DownstreamRefusedError as exc:
             span.set_attribute("error.type", str(exc.code))
             span.set_status(StatusCode.ERROR, exc.rpc_message)
@@ -125,13 +123,11 @@ async def _forward(
     session: DownstreamSession,
     tool_name: str,
     arguments: dict[str, Any],
-    *,
-    progress: ProgressFnT | None,
-    meta: Mapping[str, Any] | None,
-    extra: Mapping[str, Any] | None,
+    context: CallContext,
 ) -> Wire:
     server_name, timeout = session.spec.server_name, session.spec.timeout_seconds
-    params: dict[str, Any] = {**(extra or {}), "name": tool_name, "arguments": arguments}
+    meta, progress = context.meta, context.progress
+    params: dict[str, Any] = {**(context.extra or {}), "name": tool_name, "arguments": arguments}
     if meta:
         # The progress token and the 2026 envelope keys belong to one hop (the dispatcher mints
         # our own); everything else (a client's tracing or tool-use ids) passes on.
@@ -141,7 +137,9 @@ async def _forward(
     tracked = _Progress(progress) if progress is not None else None
     call = Called(server_name, tool_name, session.spec.max_message_bytes, remote=isinstance(session.spec.target, str))
     try:
-        result = await session.request("tools/call", params, timeout_seconds=timeout, progress=tracked)
+        result = await session.request(
+            "tools/call", params, timeout_seconds=timeout, progress=tracked, caller=context.caller
+        )
     except MCPError as exc:
         if exc.code == types.REQUEST_TIMEOUT:
             return _decided(session, outcome(call, TimedOut(timeout)))

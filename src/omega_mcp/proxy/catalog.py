@@ -22,6 +22,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
+from omega_mcp.calling import Caller
 from omega_mcp.names import prompt_name, server_of_prompt
 from omega_mcp.proxy.apps import client_contents, owner_named, server_uri, unknown_resource
 from omega_mcp.proxy.session import DownstreamSession
@@ -42,20 +43,21 @@ def _matches(template: str, uri: str) -> bool:
         return False
 
 
-def _untracked(server_name: str) -> AbstractContextManager[None]:
+Calling = Callable[[str, Caller | None], AbstractContextManager[None]]
+
+
+def _untracked(server_name: str, caller: Caller | None) -> AbstractContextManager[None]:
     return nullcontext()
 
 
 class Exports:
     """The re-exported prompts and resources of a changing set of connected servers."""
 
-    def __init__(
-        self, connected: Callable[[], Connected], calling: Callable[[str], AbstractContextManager[None]] | None = None
-    ) -> None:
-        """`calling(server_name)` marks the current client's request as running on that server while it
+    def __init__(self, connected: Callable[[], Connected], calling: Calling | None = None) -> None:
+        """`calling(server_name, caller)` marks the client's request as running on that server while it
         does (`ClientRequests.calling`), so that what the server asks meanwhile finds its client."""
         self._connected = connected
-        self._calling: Callable[[str], AbstractContextManager[None]] = calling if calling is not None else _untracked
+        self._calling: Calling = calling if calling is not None else _untracked
         self._warned: set[tuple[str, str, str]] = set()
 
     def prompts(self) -> list[types.Prompt]:
@@ -66,8 +68,9 @@ class Exports:
             for p in c.prompts
         ]
 
-    async def get_prompt(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Fetch an exported prompt from its server; `params` are the client's (its name is replaced).
+    async def get_prompt(self, name: str, params: dict[str, Any], caller: Caller | None = None) -> dict[str, Any]:
+        """Fetch an exported prompt from its server as `caller`'s request; `params` are the client's (its
+        name is replaced).
 
         Raises:
             MCPError: unknown prompt (or its server is down), or the server's own error.
@@ -76,8 +79,9 @@ class Exports:
             own = server_of_prompt(server_name, name)
             if own is not None and any(p.name == own for p in catalog.prompts):
                 sent = {**params, "name": own}
-                with self._calling(server_name):
-                    return await session.request("prompts/get", sent, timeout_seconds=session.spec.timeout_seconds)
+                with self._calling(server_name, caller):
+                    timeout = session.spec.timeout_seconds
+                    return await session.request("prompts/get", sent, timeout_seconds=timeout, caller=caller)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:
@@ -159,9 +163,11 @@ class Exports:
             ((n, s) for n, c, s in connected if any(_matches(t.uri_template, uri) for t in c.resource_templates)), None
         )
 
-    async def read_resource(self, uri: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Read a resource from the server it belongs to (`owner_of`); the raw result (`extra`: a
-        2026-era retry's fields, passed on).
+    async def read_resource(
+        self, uri: str, extra: dict[str, Any] | None = None, caller: Caller | None = None
+    ) -> dict[str, Any]:
+        """Read a resource from the server it belongs to (`owner_of`) as `caller`'s request; the raw result
+        (`extra`: a 2026-era retry's fields, passed on).
 
         Raises:
             MCPError: no connected server has the URI, or the server's own error.
@@ -171,6 +177,7 @@ class Exports:
             raise unknown_resource(uri)
         server_name, session = owner
         params = {**(extra or {}), "uri": server_uri(server_name, uri)}
-        with self._calling(server_name):
-            raw = await session.request("resources/read", params, timeout_seconds=session.spec.timeout_seconds)
+        with self._calling(server_name, caller):
+            timeout = session.spec.timeout_seconds
+            raw = await session.request("resources/read", params, timeout_seconds=timeout, caller=caller)
         return client_contents(server_name, raw)

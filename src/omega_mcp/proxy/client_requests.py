@@ -4,10 +4,11 @@ A downstream server may ask its client, omega, to sample an LLM (`sampling/creat
 included), to ask the user (`elicitation/create`, form or URL mode) or for its roots (`roots/list`).
 `ClientRequests` answers them for every downstream session (`for_server` gives the SDK callbacks):
 
-- Routing. The MCP server puts the client request behind each call in `CALLER`; `calling()` keeps
-  the calls in flight per server. Over streamable HTTP a downstream's request (or log message)
-  rides the response stream of the call that caused it, and the SDK hands it on in that call's
-  context: `CALLER` says exactly whose it is. Over stdio nothing on the wire says so: it goes to
+- Routing. Each call names the client request behind it (`CallContext.caller`); `calling()` keeps
+  the calls in flight per server, and the session's send puts it in `CALLER` for the SDK's callbacks.
+  Over streamable HTTP a downstream's request (or log message) rides the response stream of the
+  call that caused it, and the SDK hands it on in that call's context: `CALLER` says exactly whose
+  it is. Over stdio nothing on the wire says so: it goes to
   the client whose calls are running on that server, not counting calls parked on a request of
   their own to their client (their handler is waiting, so it is not the one asking); with none
   running, to the client that connected first; with calls of several clients running there at
@@ -46,6 +47,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from omega_mcp.calling import Caller, InputRequest
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.tasks import RELATED_TASK
 
@@ -54,66 +56,17 @@ __all__ = ["CALLER", "Caller", "ClientRequests", "InputRequest", "Sampler", "Sam
 logger = logging.getLogger(__name__)
 
 SamplingAnswer = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData
-InputRequest = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
 _R = TypeVar("_R", bound=types.Result)
 _AMBIGUOUS: Literal["ambiguous"] = "ambiguous"
 _ELICITATIONS_KEPT = 256  # URL elicitations whose completion may still be announced
 
 
-class Caller(Protocol):
-    """One request of one of omega's clients, as the channel for the requests it causes downstream."""
-
-    @property
-    def client(self) -> object:
-        """Which client this is (its connection): calls of one client share it."""
-        ...
-
-    @property
-    def name(self) -> str:
-        """The client's name, for messages."""
-        ...
-
-    @property
-    def capabilities(self) -> types.ClientCapabilities | None: ...
-
-    async def ask(
-        self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFnT | None
-    ) -> _R:
-        """Send `request` to the client and return its answer.
-
-        Raises:
-            MCPError: the client answered with an error, did not answer within `timeout_seconds`
-                (REQUEST_TIMEOUT) or cannot be asked (no back-channel).
-            ValidationError: the answer is not a `result_type`.
-        """
-        ...
-
-    async def notify(self, notification: types.ServerNotification) -> None:
-        """Send a notification to the client (best effort)."""
-        ...
-
-    @property
-    def modern(self) -> bool:
-        """Whether the client speaks 2026-07-28 (no back-channel; its requests carry their envelope)."""
-        ...
-
-    @property
-    def client_info(self) -> types.Implementation | None:
-        """The `clientInfo` the client gave, if any (forwarded in a 2026-era request's envelope)."""
-        ...
-
-    @property
-    def log_level(self) -> types.LoggingLevel | None:
-        """The lowest level of a downstream's log messages this call's client wants (None: none)."""
-        ...
-
-    async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        """Deliver a downstream's log message of this call to the client, as it is (best effort)."""
-        ...
-
-
 CALLER: ContextVar[Caller | None] = ContextVar("omega_mcp_caller", default=None)
-"""The client request on whose behalf the current task calls a downstream (set by the MCP server)."""
+"""The client request on whose behalf the current task calls a downstream. The call's `caller` travels
+explicitly (`CallContext.caller`) down to `DownstreamSession.request`, which sets this around its send:
+the SDK calls the session's callbacks (sampling, elicitation, roots, log messages) with its own context
+only (`ClientRequestContext`), so over streamable HTTP, where such a request rides the response of the
+call that caused it and runs in that call's context, this is the one way it can say whose it is."""
 
 
 class Sampler(Protocol):
@@ -197,9 +150,8 @@ class ClientRequests:
     # -- calls -------------------------------------------------------------------------------
 
     @contextmanager
-    def calling(self, server_name: str) -> Generator[None]:
-        """While entered, the current `CALLER` (if any) has a call in flight on `server_name`."""
-        caller = CALLER.get()
+    def calling(self, server_name: str, caller: Caller | None) -> Generator[None]:
+        """While entered, `caller` (if any) has a call in flight on `server_name`."""
         if caller is None:
             yield
             return

@@ -5,8 +5,8 @@ one client to the next if every client shared its one process. For such a server
 own connection only lists what it offers (tools, prompts, resources, list changes); each client
 session that calls one of its tools gets a connection of its own, started at its first call from
 the same spec (same command, confinement and era), and stopped when that session ends (`end`) or
-after `IDLE_SECONDS` without a call. The session is whatever the MCP server puts in `SESSION`
-around a call: an HTTP session's connection, or for 2026-era requests (which have no session) the
+after `IDLE_SECONDS` without a call. The session is the call context's `session_key`, which the
+MCP server sets: an HTTP session's connection, or for 2026-era requests (which have no session) the
 client token's name; with none (stdio, the agent, `omega-mcp call`) the call goes to the shared
 connection, since there is only one client. A connection that dies is forgotten (its call fails as
 a call to a shared server would) and the session's next call starts a new one. Prompts, resources
@@ -21,9 +21,8 @@ import math
 import os
 import secrets
 import shutil
-from collections.abc import AsyncGenerator, Callable, Hashable, Mapping
+from collections.abc import AsyncGenerator, Callable, Hashable
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -31,8 +30,8 @@ from typing import Any, Self
 import anyio
 import anyio.abc
 from anyio import AsyncContextManagerMixin
-from mcp.shared.dispatcher import ProgressFnT
 
+from omega_mcp.calling import CallContext, SessionDirs
 from omega_mcp.errors import first_leaf
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.client_requests import ClientRequests
@@ -40,17 +39,12 @@ from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.results import Wire, error_wire
 
-__all__ = ["IDLE_SECONDS", "SESSION", "SESSION_ROOT", "SessionServers"]
+__all__ = ["IDLE_SECONDS", "SessionServers"]
 
 logger = logging.getLogger(__name__)
 
 IDLE_SECONDS = 600.0
 """How long a session's own connection may go without a call before it is stopped."""
-SESSION: ContextVar[Hashable | None] = ContextVar("omega_session", default=None)
-"""The client session a call belongs to (set by the MCP server around each call); None: no session."""
-SESSION_ROOT: ContextVar[tuple[str, Path] | None] = ContextVar("omega_session_root", default=None)
-"""(client name, `$OMEGA_HOME/clients/<client>/sessions`) of the calling client (set beside `SESSION`):
-where its sessions' processes get their own directories; None: below the pool's `default_root`."""
 _STOP_SECONDS = 10.0
 
 
@@ -78,7 +72,7 @@ class SessionServers(AsyncContextManagerMixin):
         self._requests = requests
         self.idle_seconds = idle_seconds
         self.default_root = default_root
-        """Where session directories go for a call with no `SESSION_ROOT` (None: they get none)."""
+        """Where session directories go for a call whose context names no `session_dirs` (None: they get none)."""
         self._instances: dict[tuple[str, Hashable], _Instance] = {}
         self._dirs: dict[tuple[str, Hashable], Path] = {}
         """Each (server, session)'s own directory: kept across idle restarts, removed when the session ends."""
@@ -111,26 +105,23 @@ class SessionServers(AsyncContextManagerMixin):
     async def call_tool(
         self,
         spec: DownstreamSpec,
-        key: Hashable,
         tool_name: str,
         arguments: dict[str, Any],
-        *,
-        progress: ProgressFnT | None = None,
-        meta: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
+        context: CallContext,
     ) -> Wire:
-        """Forward one call on `key`'s own connection to the server (started now if it has none)."""
-        instance = await self._instance(spec, key)  # busy from here: the idle reaper leaves it alone
+        """Forward one call on the own connection of `context.session_key` to the server (started now if
+        it has none; its directory below `context.session_dirs`)."""
+        key = context.session_key
+        assert key is not None  # the supervisor sends only a session's calls here
+        instance = await self._instance(spec, key, context.session_dirs)  # busy from here: the reaper leaves it
         try:
             await instance.ready.wait()  # bounded: `_run` gives up connecting after the connect timeout
             if instance.session is None:
                 why = instance.failure or "it stopped"
                 return error_wire(f"server {spec.server_name} could not be started for this session: {why}")
             instance.session.task_only = self.task_only(spec.server_name)
-            with self._requests.calling(spec.server_name):
-                return await forward_call(
-                    instance.session, tool_name, arguments, progress=progress, meta=meta, extra=extra
-                )
+            with self._requests.calling(spec.server_name, context.caller):
+                return await forward_call(instance.session, tool_name, arguments, context)
         finally:
             instance.busy -= 1
             instance.last_used = anyio.current_time()
@@ -143,10 +134,10 @@ class SessionServers(AsyncContextManagerMixin):
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, directory, ignore_errors=True))
 
-    def _session_spec(self, spec: DownstreamSpec, key: Hashable) -> DownstreamSpec:
-        """`spec` with its own directory for `key` (made now, 0700), when the call names a root."""
-        named = SESSION_ROOT.get()
-        client, root = named if named is not None else (None, self.default_root)
+    def _session_spec(self, spec: DownstreamSpec, key: Hashable, dirs: SessionDirs | None) -> DownstreamSpec:
+        """`spec` with its own directory for `key` (made now, 0700) below the client's `dirs` (else below
+        `default_root`; none when that is None too)."""
+        client, root = (dirs.client, dirs.root) if dirs is not None else (None, self.default_root)
         if root is None:
             return spec
         slot = (spec.server_name, key)
@@ -167,7 +158,7 @@ class SessionServers(AsyncContextManagerMixin):
 
     # -- the connections ---------------------------------------------------------------------
 
-    async def _instance(self, spec: DownstreamSpec, key: Hashable) -> _Instance:
+    async def _instance(self, spec: DownstreamSpec, key: Hashable, dirs: SessionDirs | None) -> _Instance:
         """`key`'s connection to the server, started if it has none, counted busy (the caller's `finally` uncounts)."""
         slot = (spec.server_name, key)
         instance = self._instances.get(slot)
@@ -182,7 +173,7 @@ class SessionServers(AsyncContextManagerMixin):
             if self._task_group is None:
                 raise RuntimeError("SessionServers used outside its context")
             instance = self._instances[slot] = _Instance(spec, key, last_used=anyio.current_time())
-            own = self._session_spec(spec, key)
+            own = self._session_spec(spec, key, dirs)
             self._task_group.start_soon(self._run, instance, own, name=f"omega session server {spec.server_name}")
         instance.busy += 1
         return instance

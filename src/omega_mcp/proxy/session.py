@@ -3,7 +3,7 @@
 A `DownstreamSession` lives for one connection attempt; the supervisor makes a new one for every
 (re)start. It opens one `Link` (connect.py) in the era the server speaks, as the SDK client finds
 it: 2026-07-28 when the server offers it (stateless servers included), else the handshake. Each
-request is then sent as the client behind it (`CALLER`) would send it directly: a 2026-era
+request is then sent as the client behind it (its `caller`) would send it directly: a 2026-era
 client's over the 2026 channel with its own envelope; a handshake-era client's over a handshake
 channel, which for a server speaking both eras is a second link opened on first use (a second
 process of a stdio server), since a handshake-era client's server may ask it things mid-call that
@@ -146,10 +146,10 @@ class DownstreamSession(AsyncContextManagerMixin):
     def capabilities(self) -> types.ServerCapabilities:
         return self.link.capabilities if self._link is not None else types.ServerCapabilities()
 
-    async def capabilities_for_caller(self) -> types.ServerCapabilities:
-        """What the side the current `CALLER`'s requests go to declares (a dual-era server's handshake
-        side for a handshake-era client, opened now if need be)."""
-        return (await self._channel_for(CALLER.get())).capabilities
+    async def capabilities_for_caller(self, caller: Caller | None) -> types.ServerCapabilities:
+        """What the side `caller`'s requests go to declares (a dual-era server's handshake side for a
+        handshake-era client, opened now if need be)."""
+        return (await self._channel_for(caller)).capabilities
 
     @property
     def server_info(self) -> types.Implementation | None:
@@ -368,8 +368,9 @@ class DownstreamSession(AsyncContextManagerMixin):
         *,
         timeout_seconds: float,
         progress: ProgressFnT | None = None,
+        caller: Caller | None = None,
     ) -> dict[str, Any]:
-        """Send one request as the current `CALLER`'s client would, and return the raw result.
+        """Send one request as `caller`'s client would (None: as omega itself), and return the raw result.
 
         A 2026-era client gets a 2026-era server's answer as it is (an input-required round included);
         anyone else gets the final answer, its rounds answered on its behalf, without 2026-only fields.
@@ -385,8 +386,12 @@ class DownstreamSession(AsyncContextManagerMixin):
             and "task" not in params
             and params.get("name") in self.task_only
         ):
-            return await run_as_task(self._send, params, timeout_seconds)
-        caller = CALLER.get()
+
+            async def as_caller(again: str, sent: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+                return await self.request(again, sent, timeout_seconds=seconds, caller=caller)
+
+            return await run_as_task(as_caller, params, timeout_seconds)
+        token = CALLER.set(caller)  # for the SDK's callbacks: what the server asks meanwhile is this caller's
         try:
             channel = await self._channel_for(caller)
             if isinstance(channel, HandshakeChannel):
@@ -414,16 +419,11 @@ class DownstreamSession(AsyncContextManagerMixin):
             return without_modern_fields(raw)
         except MCPError as exc:
             raise too_large(exc, self.spec.max_message_bytes) or exc from None
-
-    async def _send(self, method: str, params: Mapping[str, Any], timeout_seconds: float) -> dict[str, Any]:
-        return await self.request(method, params, timeout_seconds=timeout_seconds)
-
-    async def _list(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        token = CALLER.set(None)  # listings are omega's own
-        try:
-            return await self.request(method, params, timeout_seconds=self.spec.timeout_seconds)
         finally:
             CALLER.reset(token)
+
+    async def _list(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        return await self.request(method, params, timeout_seconds=self.spec.timeout_seconds)  # omega's own
 
     async def notify_roots_changed(self) -> None:
         """Tell a handshake-era server its roots changed (the 2026 era has no such notification)."""

@@ -35,7 +35,7 @@ from omega_mcp.sandbox.processes import popen_group, signal_group
 from omega_mcp.version import __version__
 
 if TYPE_CHECKING:
-    from omega_mcp.config import Config
+    from omega_mcp.config import ServersSection
     from omega_mcp.sandbox.policy import SandboxPolicy
     from omega_mcp.sandbox.untrusted import LaunchGuard
 
@@ -281,8 +281,8 @@ class EarlyStarts:
     def __exit__(self, *exc_info: object) -> None:
         self.discard_all()
 
-    def start(self, config: Config, *, serving: bool = False, guard: LaunchGuard | None = None) -> None:
-        """Start every enabled stdio server of `config` and ask it its era (best effort).
+    def start(self, section: ServersSection, *, serving: bool = False, guard: LaunchGuard | None = None) -> None:
+        """Start every enabled stdio server of `section` (`Config.for_servers`) and ask it its era (best effort).
 
         `serving`: omega serves MCP clients (`serve`), so it declares what it can pass on to them
         (`declared.py`), exactly as the SDK session it hands the server to would. Servers the
@@ -295,13 +295,13 @@ class EarlyStarts:
         from omega_mcp.proxy.declared import declared_capabilities
         from omega_mcp.sandbox.servers import server_policy
 
-        capabilities = declared_capabilities(serving=serving, sampling=config.sampling.provider is not None)
-        for server_name, server in config.servers.items():
+        capabilities = declared_capabilities(serving=serving, sampling=section.own_sampling)
+        for server_name, server in section.servers.items():
             if not server.enabled or server.command is None or server_name in self._waiting:
                 continue
-            if config.server_problem(server_name) is not None or launches_omega(server.command, server.args):
+            if section.server_problem(server_name) is not None or launches_omega(server.command, server.args):
                 continue
-            confinement = server_policy(config, server_name, guard)
+            confinement = server_policy(section, server_name, guard)
             key = _key(server.command, server.args, server.env or None, server.cwd, confinement)
             try:
                 spawned = spawn(

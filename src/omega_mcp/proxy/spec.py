@@ -27,7 +27,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from omega_mcp._sdk import Transport
-from omega_mcp.config import Config, HubConfig, ServerConfig, omega_home
+from omega_mcp.config import HubConfig, ServerConfig, ServersSection, omega_home
 from omega_mcp.envvars import SESSION_DIR_VARIABLE
 from omega_mcp.narrow import as_object
 from omega_mcp.proxy.eras import EraChoice
@@ -194,20 +194,20 @@ class DownstreamSpec:
         return not any(fnmatch.fnmatchcase(tool_name, g) for g in self.exclude_tools)
 
 
-def specs_from_config(config: Config, guard: LaunchGuard | None = None) -> list[DownstreamSpec]:
+def specs_from_config(section: ServersSection, guard: LaunchGuard | None = None) -> list[DownstreamSpec]:
     """One spec per `[servers.NAME]` entry, in config order (a server with a config problem never starts,
     nor one that `guard` refuses: see `sandbox/untrusted.py`)."""
     return [
         DownstreamSpec.from_config(
             name,
             entry,
-            problem=config.server_problem(name),
-            confinement=server_policy(config, name, guard),
-            home=config.home,
+            problem=section.server_problem(name),
+            confinement=server_policy(section, name, guard),
+            home=section.place.home,
             guard=guard,
-            max_message_mb=config.hub.max_message_mb,
+            max_message_mb=section.max_message_mb,
         )
-        for name, entry in config.servers.items()
+        for name, entry in section.servers.items()
     ]
 
 

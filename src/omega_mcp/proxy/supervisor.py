@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self
 
@@ -32,11 +32,11 @@ import anyio
 import anyio.abc
 from anyio import AsyncContextManagerMixin
 from mcp import types
-from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from omega_mcp.config import Config
+from omega_mcp.calling import PROCESS, CallContext
+from omega_mcp.config import ServersSection
 from omega_mcp.errors import OAuthError, first_leaf
 from omega_mcp.names import server_prefixes
 from omega_mcp.proxy.apps import client_uri
@@ -45,7 +45,7 @@ from omega_mcp.proxy.catalog import Exports
 from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.listing import relist
 from omega_mcp.proxy.pins import Pins, held_message
-from omega_mcp.proxy.pool import SESSION, SessionServers
+from omega_mcp.proxy.pool import SessionServers
 from omega_mcp.proxy.recursion import started_by_omega
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spawn import EarlyStarts
@@ -154,13 +154,14 @@ class Downstreams(AsyncContextManagerMixin):
         return entry
 
     @classmethod
-    def from_config(cls, config: Config, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
-        """One spec per `[servers.NAME]` entry, in config order (`spec.specs_from_config`), with their
-        tools pinned under `$OMEGA_HOME/state/pins` (but those of `pin = false` servers)."""
+    def from_config(cls, section: ServersSection, *, guard: LaunchGuard | None = None, **options: Any) -> Downstreams:
+        """One spec per `[servers.NAME]` entry of the file's servers section (`Config.for_servers`), in
+        config order (`spec.specs_from_config`), with their tools pinned under `$OMEGA_HOME/state/pins`
+        (but those of `pin = false` servers)."""
         if "pins" not in options:
-            unpinned = [name for name, server in config.servers.items() if not server.pin]
-            options["pins"] = Pins(config.home / "state" / "pins", unpinned)
-        return cls(specs_from_config(config, guard), **options)
+            unpinned = [name for name, server in section.servers.items() if not server.pin]
+            options["pins"] = Pins(section.place.home / "state" / "pins", unpinned)
+        return cls(specs_from_config(section, guard), **options)
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
@@ -457,16 +458,13 @@ class Downstreams(AsyncContextManagerMixin):
         server_name: str,
         tool_name: str,
         arguments: dict[str, Any],
-        *,
-        progress: ProgressFnT | None = None,
-        meta: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
+        context: CallContext = PROCESS,
     ) -> Wire:
         """Forward one call and return the downstream's result as wire JSON, untouched.
 
         Failures (down server, timeout, lost connection) are isError results; a JSON-RPC error the
-        server answered with raises `DownstreamRefusedError`. `extra`: the client's other call
-        fields (a 2026-era retry's `inputResponses`, `requestState`), passed on.
+        server answered with raises `DownstreamRefusedError`. `context` (`calling.py`): what is passed
+        on, whose client the server's requests go to, and (`share = "session"`) whose connection it is.
         """
         entry = self._entries.get(server_name)
         if entry is None:
@@ -475,12 +473,11 @@ class Downstreams(AsyncContextManagerMixin):
             return error_wire(self.down_message(server_name))
         if self.held(server_name, tool_name):
             return error_wire(f"{held_message(server_name, tool_name)}: its definition changed since first seen")
-        if entry.spec.share == "session" and (key := SESSION.get()) is not None:
-            return await self.pool.call_tool(
-                entry.spec, key, tool_name, arguments, progress=progress, meta=meta, extra=extra
-            )
-        with self.client_requests.calling(server_name):  # its requests to the client go to this call's client
-            return await forward_call(entry.session, tool_name, arguments, progress=progress, meta=meta, extra=extra)
+        if entry.spec.share == "session" and context.session_key is not None:
+            return await self.pool.call_tool(entry.spec, tool_name, arguments, context)
+        # Its requests to the client go to this call's client.
+        with self.client_requests.calling(server_name, context.caller):
+            return await forward_call(entry.session, tool_name, arguments, context)
 
     async def send_roots_list_changed(self) -> None:
         """Send `notifications/roots/list_changed` to every connected server (bounded, best effort)."""

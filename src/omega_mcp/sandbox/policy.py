@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omega_mcp.config import Config, OnDenied, SandboxMode
+from omega_mcp.config import ConfigPlace, OnDenied, SandboxConfig, SandboxMode
 from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, effective_protected
 
 __all__ = [
@@ -149,17 +149,16 @@ class SandboxPolicy:
         return policy
 
     @classmethod
-    def from_config(
-        cls, config: Config, *, mode: SandboxMode | None = None, workspace: Path | None = None
+    def from_settings(
+        cls, sb: SandboxConfig, place: ConfigPlace, *, mode: SandboxMode | None = None, workspace: Path | None = None
     ) -> SandboxPolicy:
-        """Build the policy; flags (`mode`, `workspace`) override the file."""
-        sb = config.sandbox
+        """Build the policy from `[sandbox]` and where the file lives; flags (`mode`, `workspace`) override the file."""
         return cls(
             mode=mode or sb.mode,
-            home=config.home,
-            workspace=(workspace.absolute() if workspace else config.workspace),
+            home=place.home,
+            workspace=(workspace.absolute() if workspace else sb.workspace_in(place.home)),
             write_roots=sb.write_roots,
-            config_path=config.path,
+            config_path=place.path,
             bash_timeout_seconds=sb.bash_timeout,
             require_os_sandbox=sb.require_os_sandbox,
             on_denied=sb.on_denied,
@@ -169,7 +168,7 @@ class SandboxPolicy:
             max_open_files=sb.max_open_files,
             memory_mb=sb.memory_mb,
             config_candidates=(Path.cwd().absolute() / "servers.toml",),
-            hidden=effective_hidden(sb.hide, sb.unhide, config.path.parent if config.path else None),
+            hidden=effective_hidden(sb.hide, sb.unhide, place.path.parent if place.path else None),
             protected_names=effective_protected(sb.protect, sb.unprotect),
             shell_lifetime_seconds=sb.shell_lifetime,
         )

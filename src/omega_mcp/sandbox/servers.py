@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from omega_mcp.config import Config, SandboxConfig, ServerConfig, ServerSandboxConfig
+from omega_mcp.config import SandboxConfig, ServerConfig, ServerSandboxConfig, ServersSection
 from omega_mcp.sandbox.hidden import default_hidden, effective_hidden, tilde
 from omega_mcp.sandbox.launch import confined_argv
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -86,7 +86,7 @@ def server_environment(policy: SandboxPolicy, environment: Mapping[str, str]) ->
     return {**environment, **private}
 
 
-def server_policy(config: Config, name: str, guard: LaunchGuard | None = None) -> SandboxPolicy | None:
+def server_policy(section: ServersSection, name: str, guard: LaunchGuard | None = None) -> SandboxPolicy | None:
     """The sandbox of `[servers.NAME]`, or None when it runs unconfined (or is a remote server).
 
     With `guard`, a server whose launch reaches into a write root (`LaunchGuard.reach`) is confined
@@ -94,29 +94,30 @@ def server_policy(config: Config, name: str, guard: LaunchGuard | None = None) -
     guard refuses to start it. A `cwd` inside a write root is read-only for the server (it writes its
     own directory, /tmp and its `write_roots`): what it wrote there would run next unconfined.
     """
-    entry = config.servers[name]
+    entry = section.servers[name]
     if entry.command is None:
         return None
-    settings = entry.confinement(config.sandbox.servers)
+    settings = entry.confinement(section.sandbox.servers)
     if settings is None and entry.sandbox != "none" and guard is not None and reaches(guard, name, entry):
         settings = ServerSandboxConfig()
     if settings is None:
         return None
-    base = config.path.parent if config.path is not None else None
-    sandbox = config.sandbox
+    home, path = section.place.home, section.place.path
+    base = path.parent if path is not None else None
+    sandbox = section.sandbox
     hidden = effective_hidden((*sandbox.hide, *settings.hide), (*sandbox.unhide, *settings.unhide), base)
     # The other confined servers' directories, also those not made yet: a server started first must
     # not see the memory file of one started after it (`server_argv` makes them, to cover them).
-    others = [server_dir(config.home, n) for n, s in config.servers.items() if n != name and _confined(s, sandbox)]
+    others = [server_dir(home, n) for n, s in section.servers.items() if n != name and _confined(s, sandbox)]
     # The config holds the other servers' `env` and `headers` (their keys): not for this one to read.
-    configs = [p for p in (config.path, config.home / "servers.toml") if p is not None]
-    own = server_dir(config.home, name)
+    configs = [p for p in (path, home / "servers.toml") if p is not None]
+    own = server_dir(home, name)
     return SandboxPolicy(
         mode="rx" if settings.network else "sandbox",
-        home=config.home,
+        home=home,
         workspace=entry.cwd or own,
         write_roots=() if settings.read_only else (own, *settings.write_roots, *moved_caches(entry.env)),
-        config_path=config.path,
+        config_path=path,
         require_os_sandbox=sandbox.require_os_sandbox,
         max_processes=sandbox.max_processes,
         max_file_size_mb=sandbox.max_file_size_mb,
@@ -138,12 +139,12 @@ def reaches(guard: LaunchGuard, name: str, entry: ServerConfig) -> bool:
     return guard.reach(program, cwd, cwd_configured=entry.cwd is not None, args=entry.args, env=entry.env) is not None
 
 
-def confined_servers(config: Config, guard: LaunchGuard | None = None) -> dict[str, bool]:
+def confined_servers(section: ServersSection, guard: LaunchGuard | None = None) -> dict[str, bool]:
     """Each stdio server of `config`, in order: whether it runs confined (with `guard`: also those
     confined because their launch reaches into a write root)."""
     return {
-        n: _confined(s, config.sandbox) or (guard is not None and server_policy(config, n, guard) is not None)
-        for n, s in config.servers.items()
+        n: _confined(s, section.sandbox) or (guard is not None and server_policy(section, n, guard) is not None)
+        for n, s in section.servers.items()
         if s.command is not None
     }
 

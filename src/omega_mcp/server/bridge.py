@@ -40,8 +40,8 @@ from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.calling import Caller, InputRequest
 from omega_mcp.loglevels import allows
-from omega_mcp.proxy.client_requests import CALLER, InputRequest
 
 __all__ = [
     "IDLE_SECONDS",
@@ -49,6 +49,7 @@ __all__ = [
     "STATE_PREFIX",
     "Bridge",
     "ModernCaller",
+    "Run",
     "Unreachable",
     "asks_nothing",
     "replica_of_request",
@@ -70,6 +71,9 @@ _LEVELS: dict[str, types.LoggingLevel] = {
 }
 _keys = itertools.count(1)
 Raw = dict[str, Any]
+Run = Callable[[ProgressFnT, Caller], Awaitable[Raw]]
+"""`run(progress, caller)`: a client's request, made with the progress to report and the caller its
+downstream requests go to."""
 
 
 class ModernCaller:
@@ -213,13 +217,14 @@ class Bridge:
         meta: dict[str, Any] | None,
         request_state: str | None,
         input_responses: types.InputResponses | None,
-        run: Callable[[ProgressFnT], Awaitable[Raw]],
+        run: Run,
         *,
         report: ProgressFnT,
         client: object | None = None,
         replica: str | None = None,
     ) -> Raw | types.InputRequiredResult:
-        """One round of a request: `run(progress)` makes it (the first round starts it).
+        """One round of a request: `run(progress, caller)` makes it (the first round starts it; the
+        caller its downstream requests go to is the waiting call).
 
         `client` identifies the client when the transport does (a 2026-era stdio stream has one);
         a 2026-era HTTP request carries no identity, and each of its requests counts as its own client.
@@ -241,17 +246,16 @@ class Bridge:
             self._task_group.start_soon(self._run, call, run, name="omega bridged request")
         return await self._round(call)
 
-    async def _run(self, call: _Call, run: Callable[[ProgressFnT], Awaitable[Raw]]) -> None:
+    async def _run(self, call: _Call, run: Run) -> None:
         async def progress(progress: float, total: float | None, message: str | None) -> None:
             await call.report(progress, total, message)
 
-        CALLER.set(call)  # this task's downstream requests go to this call
         try:
             with call.scope:
                 async with anyio.create_task_group() as watch:
                     watch.start_soon(self._expire, call)
                     try:
-                        call.result = await run(progress)
+                        call.result = await run(progress, call)  # its downstream requests go to this call
                     except Exception as exc:  # handed to the round waiting for it
                         call.failure = exc
                     call.done = True

@@ -7,7 +7,7 @@ bridge over a handshake-era server). Subscriptions (proxy/subscriptions.py) come
 `resources/subscribe` (handshake era; dropped when the connection closes) and from the URIs of a
 `subscriptions/listen` filter (2026 era; dropped when the stream ends); a server's
 `resources/updated` reaches exactly the connections and streams that asked for that URI.
-A hub client (`PROFILE`) sees all of this only of the servers whose tools its profile allows some
+A hub client (its profile, `ClientOf`) sees all of this only of the servers whose tools its profile allows some
 of, narrowed by its `prompts`/`resources` globs; a hidden prompt or resource is, to it, an unknown one
 (the same error).
 """
@@ -26,14 +26,15 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp._sdk import connection_of
+from omega_mcp.calling import Caller
 from omega_mcp.names import server_of_prompt
 from omega_mcp.proxy.apps import unknown_resource
 from omega_mcp.proxy.supervisor import Downstreams
-from omega_mcp.server.bridge import ours
+from omega_mcp.server.bridge import Run, ours
 from omega_mcp.server.pages import page
-from omega_mcp.server.profiles import PROFILE
+from omega_mcp.server.profiles import ClientProfile
 
-__all__ = ["AsCaller", "CatalogHandlers", "Raw"]
+__all__ = ["AsCaller", "CatalogHandlers", "ClientOf", "Raw"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +42,10 @@ _NOTIFY_SECONDS = 2.0
 _FORGETS = "omega_mcp.subscriptions"
 """`Connection.state` key: the connection's subscriptions are dropped when it closes."""
 Raw = dict[str, Any]
-AsCaller = Callable[
-    [Any, str | None, types.InputResponses | None, Callable[[ProgressFnT], Awaitable[Raw]]],
-    Awaitable[Raw | types.InputRequiredResult],
-]
+AsCaller = Callable[[Any, str | None, types.InputResponses | None, Run], Awaitable[Raw | types.InputRequiredResult]]
 """`as_caller(ctx, request_state, input_responses, run)`: a client's request run as that client (server.py)."""
+ClientOf = Callable[[Any], ClientProfile | None]
+"""`client_of(ctx)`: the hub client a request comes from (server.py); None: every prompt and resource."""
 
 
 class _Stream:
@@ -73,10 +73,16 @@ class CatalogHandlers:
     """What the hub serves of its downstreams besides tools."""
 
     def __init__(
-        self, catalog: Downstreams, as_caller: AsCaller, bus: SubscriptionBus, remember: Callable[[Any], None]
+        self,
+        catalog: Downstreams,
+        as_caller: AsCaller,
+        bus: SubscriptionBus,
+        remember: Callable[[Any], None],
+        client_of: ClientOf,
     ) -> None:
         self.catalog = catalog
         self._as_caller = as_caller
+        self._client_of = client_of
         self._bus = bus
         self._listen = ListenHandler(bus)
         self._remember = remember
@@ -98,33 +104,32 @@ class CatalogHandlers:
 
     # -- the calling client's view (server/profiles.py) ----------------------------------------
 
-    def _prompt_visible(self, name: str) -> bool:
-        profile = PROFILE.get()
+    def _prompt_visible(self, profile: ClientProfile | None, name: str) -> bool:
         if profile is None:
             return True
         server = next((s for s in self.catalog.specs() if server_of_prompt(s, name) is not None), None)
         return server is not None and profile.allows_prompt(self.catalog, server, name)
 
-    def _resource_visible(self, uri: str, *, template: bool = False) -> bool:
-        profile = PROFILE.get()
+    def _resource_visible(self, profile: ClientProfile | None, uri: str, *, template: bool = False) -> bool:
         if profile is None:
             return True
         exports = self.catalog.exports
         owner = exports.template_owner(uri) if template else next(iter(exports.owner_of(uri) or ()), None)
         return isinstance(owner, str) and profile.allows_resource(self.catalog, owner, uri)
 
-    def _check_prompt(self, name: str) -> None:
-        if not self._prompt_visible(name):
+    def _check_prompt(self, profile: ClientProfile | None, name: str) -> None:
+        if not self._prompt_visible(profile, name):
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
-    def _check_resource(self, uri: str, *, template: bool = False) -> None:
-        if not self._resource_visible(uri, template=template):
+    def _check_resource(self, profile: ClientProfile | None, uri: str, *, template: bool = False) -> None:
+        if not self._resource_visible(profile, uri, template=template):
             raise unknown_resource(uri)
 
     async def list_prompts(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         self._remember(ctx.session)
         await self.catalog.wait_ready()
-        visible = [p for p in self.catalog.exports.prompts() if self._prompt_visible(p.name)]
+        profile = self._client_of(ctx)
+        visible = [p for p in self.catalog.exports.prompts() if self._prompt_visible(profile, p.name)]
         prompts, cursor = page(visible, params, "prompts")
         return types.ListPromptsResult(prompts=prompts, next_cursor=cursor)
 
@@ -132,11 +137,11 @@ class CatalogHandlers:
         self, ctx: Any, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         await self.catalog.wait_settled(self.catalog.starting(params.name))  # its server may still be starting
-        self._check_prompt(params.name)
+        self._check_prompt(self._client_of(ctx), params.name)
         sent = {**_forwarded(params), **({"arguments": params.arguments} if params.arguments is not None else {})}
 
-        async def run(progress: ProgressFnT) -> Raw:
-            return await self.catalog.exports.get_prompt(params.name, sent)
+        async def run(progress: ProgressFnT, caller: Caller) -> Raw:
+            return await self.catalog.exports.get_prompt(params.name, sent, caller)
 
         return _result(
             await self._as_caller(ctx, params.request_state, params.input_responses, run), types.GetPromptResult
@@ -145,7 +150,8 @@ class CatalogHandlers:
     async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         self._remember(ctx.session)
         await self.catalog.wait_ready()
-        visible = [r for r in self.catalog.exports.resources() if self._resource_visible(r.uri)]
+        profile = self._client_of(ctx)
+        visible = [r for r in self.catalog.exports.resources() if self._resource_visible(profile, r.uri)]
         resources, cursor = page(visible, params, "resources")
         return types.ListResourcesResult(resources=resources, next_cursor=cursor)
 
@@ -154,7 +160,8 @@ class CatalogHandlers:
     ) -> types.ListResourceTemplatesResult:
         await self.catalog.wait_ready()
         exported = self.catalog.exports.resource_templates()
-        visible = [t for t in exported if self._resource_visible(t.uri_template, template=True)]
+        profile = self._client_of(ctx)
+        visible = [t for t in exported if self._resource_visible(profile, t.uri_template, template=True)]
         templates, cursor = page(visible, params, "resources/templates")
         return types.ListResourceTemplatesResult(resource_templates=templates, next_cursor=cursor)
 
@@ -162,28 +169,28 @@ class CatalogHandlers:
         self, ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         await self.catalog.wait_ready()  # its server may still be starting
-        self._check_resource(params.uri)
+        self._check_resource(self._client_of(ctx), params.uri)
 
-        async def run(progress: ProgressFnT) -> Raw:
-            return await self.catalog.exports.read_resource(params.uri, _forwarded(params))
+        async def run(progress: ProgressFnT, caller: Caller) -> Raw:
+            return await self.catalog.exports.read_resource(params.uri, _forwarded(params), caller)
 
         raw = await self._as_caller(ctx, params.request_state, params.input_responses, run)
         return _result(raw, types.ReadResourceResult)
 
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         await self.catalog.wait_ready()
-        ref = params.ref
+        ref, profile = params.ref, self._client_of(ctx)
         if isinstance(ref, types.PromptReference):
-            self._check_prompt(ref.name)
-        elif not self._resource_visible(ref.uri, template=True):
-            self._check_resource(ref.uri)
+            self._check_prompt(profile, ref.name)
+        elif not self._resource_visible(profile, ref.uri, template=True):
+            self._check_resource(profile, ref.uri)
         return await self.catalog.exports.complete(params)
 
     # -- subscriptions -----------------------------------------------------------------------
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
         await self.catalog.wait_ready()
-        self._check_resource(params.uri)
+        self._check_resource(self._client_of(ctx), params.uri)
         connection = connection_of(ctx.session)
         if not connection.state.get(_FORGETS):
             connection.state[_FORGETS] = True
@@ -197,11 +204,11 @@ class CatalogHandlers:
 
     async def listen(self, ctx: Any, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
         """A 2026-era listen stream; its URIs are subscribed downstream while it lasts."""
-        stream = _Stream()
+        stream, profile = _Stream(), self._client_of(ctx)
         subscriptions = self.catalog.subscriptions
         try:
             for uri in params.notifications.resource_subscriptions or ():
-                if not self._resource_visible(uri):
+                if not self._resource_visible(profile, uri):
                     continue  # to this client an unknown URI: honored, never fires
                 try:
                     await subscriptions.subscribe(stream, uri, modern=True)

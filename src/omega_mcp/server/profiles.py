@@ -5,15 +5,17 @@ allow globs minus `exclude_tools` deny globs, `fnmatch` and case-sensitive like 
 over built-in names and full `mcp__<server>__<tool>` names) and the sandbox its built-in calls run
 in: its own tree `$OMEGA_HOME/clients/NAME/` (scratch, caches, private /tmp, session directories:
 `SandboxPolicy.client_dir`), its own `workspace` and `mode` when set, else the hub's. Never a second routing table: the
-Toolbox resolves every name, then asks the profile (`Toolbox.call_tool_wire(profile=...)`); a tool
+Toolbox resolves every name, then asks the profile (the call context's `profile`); a tool
 the profile does not permit is, to that client, an unknown tool (the same JSON-RPC error, naming
 only its own tools), absent from its tools/list and its search results. Every other client's own
 workspace, and the hub's when the client has one of its own, is foreign to it: never writable by
 its tools and hidden from them (`SandboxPolicy.foreign`; not in rwx mode, which confines nothing).
 The hub's own token, and stdio, have no profile: every tool, the hub's sandbox. A window of the shared
 hub (`omega-mcp attach`, `server/unix.py`) is a client too, named by its window id, with the workspace
-and mode it brings: its profile is made by `Profiles.window` when it connects and is in `WINDOW` for
-every request of its connection (which has no HTTP request); it leaves with `Profiles.leave`.
+and mode it brings: its profile is made by `Profiles.window` when it connects and is in the lifespan
+state of its connection's serving loop (`window_of(ctx.lifespan_context)`: the connection has no HTTP
+request); it leaves with `Profiles.leave`. The MCP server asks who a request comes from and puts the
+answer in the call's context (`calling.CallContext`): profile, session key and session directories.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from omega_mcp._sdk import connection_of
 from omega_mcp.config import ClientConfig
 from omega_mcp.names import Route, normalize, tool_prefix
-from omega_mcp.proxy.pool import SESSION, SESSION_ROOT
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import HUB_CLIENT, SandboxPolicy
 from omega_mcp.server.auth import client_of_scope
@@ -42,20 +43,23 @@ from omega_mcp.toolbox import Toolbox
 
 __all__ = [
     "PROFILE",
-    "WINDOW",
+    "WINDOW_STATE",
     "ClientProfile",
     "ClientScope",
     "Profiles",
     "client_policy",
     "input_schema_for_caller",
     "session_key",
+    "window_of",
 ]
 
 PROFILE: ContextVar[ClientProfile | None] = ContextVar("omega_profile", default=None)
-"""The profile of the hub client whose request is being handled (set by `ClientScope`); None: every tool."""
+"""The profile of the hub client whose request is being handled (set by `ClientScope`); None: every tool.
+Read only by `input_schema_for_caller`: the SDK's `get_tool_input_schema(name)` callback is given the
+tool's name alone. Every handler asks the request itself (`Profiles.of`) and passes the answer on."""
 
-WINDOW: ContextVar[ClientProfile | None] = ContextVar("omega_window", default=None)
-"""The profile of the attached window whose connection is being served (`server/unix.py`); None elsewhere."""
+WINDOW_STATE = "omega_mcp.window"
+"""Lifespan state key: the profile of the attached window whose connection is served (`server/unix.py`)."""
 
 _COUNTED = "omega_mcp.client_session"
 """`Connection.state` key: this connection counts against its client's `max_sessions_per_client`."""
@@ -185,11 +189,11 @@ class Profiles:
         """A window's connection ended."""
         self.windows.pop(name, None)
 
-    def of(self, http_request: object) -> ClientProfile | None:
+    def of(self, http_request: object, window: ClientProfile | None = None) -> ClientProfile | None:
         """The profile of the client whose token an HTTP request carries; None for the hub's own token
-        (and for stdio, which has no request); without a request, the attached window's (`WINDOW`)."""
+        (and for stdio, which has no request); without a request, the attached `window`'s (`window_of`)."""
         if http_request is None:
-            return WINDOW.get()
+            return window
         scope: object = getattr(http_request, "scope", None)
         name = client_of_scope(cast(Mapping[str, object], scope)) if isinstance(scope, dict) else None
         return self.by_name.get(name) if name else None
@@ -199,17 +203,27 @@ class Profiles:
         return [p.policy for p in self.by_name.values()]
 
 
+def window_of(lifespan_context: object) -> ClientProfile | None:
+    """The attached window whose connection a request comes on (`server/unix.py`), or None."""
+    window = (
+        cast(Mapping[str, object], lifespan_context).get(WINDOW_STATE) if isinstance(lifespan_context, dict) else None
+    )
+    return window if isinstance(window, ClientProfile) else None
+
+
 def session_key(
     session: ServerSession,
     http_request: object,
     profile: ClientProfile | None,
     end: Callable[[object], Awaitable[None]],
+    *,
+    window: bool = False,
 ) -> Hashable | None:
     """Whose `share = "session"` server connections a call uses (`proxy/pool.py`): an HTTP session's
     connection (`end(connection)` runs when it closes); for a 2026-era HTTP request, which has no
     session, its client token's; None on stdio (one client: the shared connection is its own). An
-    attached window is keyed as an HTTP client is: its connection, or (2026 era) its client name."""
-    if http_request is None and WINDOW.get() is None:
+    attached `window` is keyed as an HTTP client is: its connection, or (2026 era) its client name."""
+    if http_request is None and not window:
         return None
     connection = connection_of(session)
     if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -221,12 +235,11 @@ def session_key(
 
 
 class ClientScope(ServerMiddleware[Any]):
-    """Every request of the HTTP hub runs as its client: `PROFILE` is the profile of its token, and for
-    a tool call `SESSION` names whose `share = "session"` connections it uses (`session_key`)."""
+    """Every request of the HTTP hub runs as its client: a named client's `initialize` counts against its
+    `max_sessions_per_client`, and `PROFILE` is the profile of its token (for the SDK's schema lookup)."""
 
-    def __init__(self, profiles: Profiles, catalog: Downstreams | None) -> None:
+    def __init__(self, profiles: Profiles) -> None:
         self.profiles = profiles
-        self.catalog = catalog
 
     def _count_session(self, ctx: ServerRequestContext[Any, Any], profile: ClientProfile) -> None:
         """A named client's `initialize` opens one of its at most `max_sessions_per_client` sessions.
@@ -255,21 +268,14 @@ class ClientScope(ServerMiddleware[Any]):
         connection.exit_stack.push_async_callback(closed)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        profile = self.profiles.of(ctx.request)
+        profile = self.profiles.of(ctx.request, window_of(ctx.lifespan_context))
         if profile is not None and ctx.method == "initialize":
             self._count_session(ctx, profile)
-        key = None
-        if ctx.method == "tools/call" and self.catalog is not None:
-            key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end)
-        policy = profile.policy if profile is not None else self.profiles.hub
-        profile_token, session_token = PROFILE.set(profile), SESSION.set(key)
-        root_token = SESSION_ROOT.set((policy.client, policy.session_dirs_root))
+        token = PROFILE.set(profile)
         try:
             return await call_next(ctx)
         finally:
-            SESSION_ROOT.reset(root_token)
-            SESSION.reset(session_token)
-            PROFILE.reset(profile_token)
+            PROFILE.reset(token)
 
 
 def input_schema_for_caller(toolbox: Toolbox, name: str) -> Mapping[str, Any] | None:

@@ -15,10 +15,13 @@ or timed out). That is the SDK's per-connection hook: the lifespan is per server
 A stateless 2026-era HTTP request has no session, so it may not start background shells; a
 2026-era stdio stream has one client for omega's life, so its shells are the process's.
 Downstream servers' own requests (sampling, elicitation, roots) and log messages go to the client
-whose request caused them: each `tools/call`, `prompts/get` and `resources/read` runs with its
-`CALLER` (`as_caller`; `proxy/client_requests.py` routes, `clients.py` sends); clients register once
+whose request caused them: each `tools/call`, `prompts/get` and `resources/read` names its caller
+(`as_caller`; `proxy/client_requests.py` routes, `clients.py` sends); clients register once
 initialized, and their `notifications/roots/list_changed` is passed on. A 2026-era client gets
 input-required rounds (`bridge.py`). Prompts, resources and subscriptions: `exports.py`.
+Who calls and how is read off each request once and handed to the Toolbox as one `CallContext`
+(`_context`): the hub client (`profiles.py`, a window's from its serving loop's lifespan state), the
+shells' owner, the approver, the caller, progress, `_meta`, and the session's own connections.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Hashable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -36,6 +39,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.runner import serve_dual_era_loop
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -46,22 +50,32 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from omega_mcp._sdk import connection_of
+from omega_mcp._sdk import ReadStream, WriteStream, connection_of
 from omega_mcp.builtin.shells import NO_SESSION
+from omega_mcp.calling import CallContext, Caller, SessionDirs
 from omega_mcp.errors import DownstreamRefusedError, UnknownToolError
 from omega_mcp.narrow import object_or_none
-from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import from_wire, modern_complete, to_wire
+from omega_mcp.sandbox.approvals import Approver
 from omega_mcp.server.approver import elicitation_approver
-from omega_mcp.server.bridge import Bridge, Raw, Unreachable, asks_nothing, ours, replica_of_request
+from omega_mcp.server.bridge import Bridge, Raw, Run, Unreachable, asks_nothing, ours, replica_of_request
 from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
-from omega_mcp.server.profiles import PROFILE, WINDOW, ClientScope, Profiles, input_schema_for_caller
+from omega_mcp.server.profiles import (
+    WINDOW_STATE,
+    ClientProfile,
+    ClientScope,
+    Profiles,
+    input_schema_for_caller,
+    session_key,
+    window_of,
+)
 from omega_mcp.server.tasks import TASKS_CAPABILITY, TaskHandlers
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.server.tracing import request_spans
@@ -94,15 +108,6 @@ def _call_result(raw: Raw | types.InputRequiredResult, name: str) -> types.CallT
     return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
 
-async def _as(caller: Caller, run: Callable[[ProgressFnT], Awaitable[Raw]], progress: ProgressFnT) -> Raw:
-    """`run(progress)` with `caller` as the `CALLER` its downstream requests go to."""
-    token = CALLER.set(caller)
-    try:
-        return await run(progress)
-    finally:
-        CALLER.reset(token)
-
-
 class OmegaServer(Server[Any]):
     """The SDK server plus the live sessions to tell when a list changes."""
 
@@ -113,17 +118,20 @@ class OmegaServer(Server[Any]):
         catalog: Downstreams | None = None,
         instructions: str | None = None,
         tool_search: SessionTools | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         self.toolbox = toolbox
         self.catalog = catalog
         self.tool_search = tool_search
         """Search mode (`[hub] tool_search`), or None when it is off."""
+        self.profiles = profiles
+        """The HTTP hub's `[hub.clients]` (and the attached windows), or None: one client, every tool."""
         # Connections (not sessions: a ServerSession lives for one request) that listed or called.
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._bus = InMemorySubscriptionBus()
         extra: dict[str, Any] = {"on_subscriptions_listen": ListenHandler(self._bus)}
         if catalog is not None:
-            extra = CatalogHandlers(catalog, self.as_caller, self._bus, self._remember).handlers()
+            extra = CatalogHandlers(catalog, self.as_caller, self._bus, self._remember, self.client_of).handlers()
         super().__init__(
             SERVER_NAME,
             version=__version__,
@@ -149,7 +157,7 @@ class OmegaServer(Server[Any]):
         )
         # Tasks (tasks.py) go first: a task-augmented tools/call is not the fast path's.
         self.tasks = (
-            TaskHandlers(toolbox, catalog, lambda s, r: SessionCaller(s, r, self.logs.level_of))
+            TaskHandlers(toolbox, catalog, lambda s, r: SessionCaller(s, r, self.logs.level_of), self.client_of)
             if catalog is not None
             else None
         )
@@ -162,14 +170,54 @@ class OmegaServer(Server[Any]):
     def _remember(self, session: ServerSession) -> None:
         self._connections.add(connection_of(session))  # dropped with the connection (a weak set)
 
-    def _shell_owner(self, session: ServerSession, http_request: object = None) -> object | None:
+    def client_of(self, ctx: Any) -> ClientProfile | None:
+        """The hub client a request comes from (`Profiles.of`); None: the hub's own token, or stdio."""
+        profiles = self.profiles
+        return profiles.of(ctx.request, window_of(ctx.lifespan_context)) if profiles is not None else None
+
+    def _context(
+        self,
+        ctx: Any,
+        profile: ClientProfile | None,
+        owner: object | None,
+        caller: Caller,
+        *,
+        approve: Approver | None,
+        progress: ProgressFnT | None,
+        meta: Mapping[str, Any] | None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> CallContext:
+        """The context of one tools/call, built once: who calls (`profile`, the shells' `owner`, the
+        `caller` its server's requests go to) and how; on the HTTP hub also the session whose own
+        `share = "session"` connections it uses, and where their directories go."""
+        key: Hashable | None = None
+        dirs: SessionDirs | None = None
+        if (profiles := self.profiles) is not None:
+            window = window_of(ctx.lifespan_context) is not None
+            if self.catalog is not None:
+                key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end, window=window)
+            policy = profile.policy if profile is not None else profiles.hub
+            dirs = SessionDirs(policy.client, policy.session_dirs_root)
+        return CallContext(
+            owner=owner,
+            profile=profile,
+            approve=approve,
+            caller=caller,
+            progress=progress,
+            meta=meta,
+            extra=extra,
+            session_key=key,
+            session_dirs=dirs,
+        )
+
+    def _shell_owner(self, session: ServerSession, http_request: object, window: ClientProfile | None) -> object | None:
         """Who owns a call's background shells: its connection; the process (None) for a 2026-era
         stdio stream, whose one client lives as long as omega; NO_SESSION for a 2026-era HTTP request."""
         connection = connection_of(session)
         if connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
             # The connection is built for this one request: nothing would end its shells. An attached
             # window's 2026-era stream is one client: its profile owns them (ended when it leaves).
-            return NO_SESSION if http_request is not None else WINDOW.get()
+            return NO_SESSION if http_request is not None else window
         if not connection.state.get(_SHELLS_CLEANUP):
             connection.state[_SHELLS_CLEANUP] = True
             connection.exit_stack.push_async_callback(self.toolbox.end_session, connection)
@@ -183,7 +231,7 @@ class OmegaServer(Server[Any]):
             listed = await self.tool_search.list_tools(self.tool_search.owner(ctx.session, ctx.request))
         else:
             listed = await self.toolbox.list_tools()
-        if (profile := PROFILE.get()) is not None:
+        if (profile := self.client_of(ctx)) is not None:
             listed = profile.visible(self.toolbox, listed)
         tools, cursor = page(listed, params, "tools")
         return types.ListToolsResult(tools=tools, next_cursor=cursor)
@@ -191,13 +239,18 @@ class OmegaServer(Server[Any]):
     # -- search mode (server/tool_search.py) ------------------------------------------------
 
     async def _searched_call(
-        self, session: ServerSession, http_request: object, name: str, arguments: Mapping[str, Any] | None
+        self,
+        session: ServerSession,
+        http_request: object,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        profile: ClientProfile | None,
     ) -> tuple[types.CallToolResult | None, str, Mapping[str, Any] | None]:
         """In search mode: `search_tools` answered here, `call_tool` unwrapped (`SessionTools.intercept`)."""
         if self.tool_search is None:
             return None, name, arguments
         owner = self.tool_search.owner(session, http_request)
-        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for, PROFILE.get())
+        return await self.tool_search.intercept(owner, name, arguments, self._tools_changed_for, profile)
 
     async def _called(self, session: ServerSession, http_request: object, name: str) -> None:
         """A tool was called by name: in search mode it joins the session's list."""
@@ -224,11 +277,14 @@ class OmegaServer(Server[Any]):
     ) -> types.CallToolResult | types.InputRequiredResult:
         self._remember(ctx.session)
         session: ServerSession = ctx.session
-        answered, name, arguments = await self._searched_call(session, ctx.request, params.name, params.arguments)
+        profile = self.client_of(ctx)
+        answered, name, arguments = await self._searched_call(
+            session, ctx.request, params.name, params.arguments, profile
+        )
         if answered is not None:
             return answered
-        approve, owner = elicitation_approver(session, ctx.request_id), self._shell_owner(session, ctx.request)
-        profile = PROFILE.get()
+        approve = elicitation_approver(session, ctx.request_id)
+        owner = self._shell_owner(session, ctx.request, window_of(ctx.lifespan_context))
         extra = (
             {}
             if ours(params.request_state)
@@ -237,18 +293,12 @@ class OmegaServer(Server[Any]):
             )
         )
 
-        async def run(progress: ProgressFnT) -> Raw:
+        async def run(progress: ProgressFnT, caller: Caller) -> Raw:
             # report_progress is a no-op unless the client asked for progress (in either era).
-            result = await self.toolbox.call_tool_wire(
-                name,
-                arguments,
-                progress=progress,
-                meta=ctx.meta,
-                approve=approve,
-                owner=owner,
-                extra=extra or None,
-                profile=profile,
+            context = self._context(
+                ctx, profile, owner, caller, approve=approve, progress=progress, meta=ctx.meta, extra=extra or None
             )
+            result = await self.toolbox.call_tool_wire(name, arguments, context)
             await self._called(session, ctx.request, name)
             return result
 
@@ -265,7 +315,7 @@ class OmegaServer(Server[Any]):
         ctx: Any,
         request_state: str | None,
         input_responses: types.InputResponses | None,
-        run: Callable[[ProgressFnT], Awaitable[Raw]],
+        run: Run,
     ) -> Raw | types.InputRequiredResult:
         """`run` a client's request as that client: what a downstream asks or logs meanwhile goes to it.
 
@@ -275,10 +325,10 @@ class OmegaServer(Server[Any]):
         session: ServerSession = ctx.session
         if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             caller = SessionCaller(session, ctx.request_id, self.logs.level_of)
-            return await _as(caller, run, session.report_progress)
+            return await run(session.report_progress, caller)
         bridge = _bridge_of(ctx.lifespan_context)
         if bridge is None or (not ours(request_state) and asks_nothing(session.client_capabilities)):
-            return await _as(Unreachable(session, ctx.meta), run, session.report_progress)
+            return await run(session.report_progress, Unreachable(session, ctx.meta))
         client = bridge if ctx.request is None else None  # no HTTP request: the stream's one client
         report = session.report_progress
         replica = replica_of_request(ctx.request)
@@ -311,16 +361,15 @@ class OmegaServer(Server[Any]):
         http_request = ctx.request if modern else None
         approve = None if modern else elicitation_approver(session, ctx.request_id)
         caller = Unreachable(session, meta) if modern else SessionCaller(session, ctx.request_id, self.logs.level_of)
-        token = CALLER.set(caller)
+        profile, window = self.client_of(ctx), window_of(ctx.lifespan_context)
         try:
             if self.tool_search is not None:
-                answered, name, arguments = await self._searched_call(session, http_request, name, arguments)
+                answered, name, arguments = await self._searched_call(session, http_request, name, arguments, profile)
                 if answered is not None:
                     return modern_complete(to_wire(answered), self.server_info_stamp) if modern else to_wire(answered)
-            owner = self._shell_owner(session, http_request)
-            result = await self.toolbox.call_tool_wire(
-                name, arguments, progress=progress, meta=meta, approve=approve, owner=owner, profile=PROFILE.get()
-            )
+            owner = self._shell_owner(session, http_request, window)
+            context = self._context(ctx, profile, owner, caller, approve=approve, progress=progress, meta=meta)
+            result = await self.toolbox.call_tool_wire(name, arguments, context)
             if self.tool_search is not None:
                 await self._called(session, http_request, name)
             return modern_complete(result, self.server_info_stamp) if modern else result
@@ -328,8 +377,6 @@ class OmegaServer(Server[Any]):
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
         except DownstreamRefusedError as exc:  # the downstream's own error, as a direct client gets it
             raise MCPError(code=exc.code, message=exc.rpc_message, data=exc.data) from None
-        finally:
-            CALLER.reset(token)
 
     # -- logging -----------------------------------------------------------------------------
 
@@ -379,6 +426,29 @@ class OmegaServer(Server[Any]):
     def initialization_options(self) -> InitializationOptions:
         """The default initialization options (see `create_initialization_options`)."""
         return self.create_initialization_options()
+
+    async def run(
+        self,
+        read_stream: ReadStream[SessionMessage | Exception],
+        write_stream: WriteStream[SessionMessage],
+        initialization_options: InitializationOptions,
+        raise_exceptions: bool = False,
+        *,
+        window: ClientProfile | None = None,
+    ) -> None:
+        """Serve one connection, as `Server.run`; an attached `window`'s (`server/unix.py`) with its profile
+        in the lifespan state, where every request of the connection finds it (`window_of`)."""
+        if window is None:
+            return await super().run(read_stream, write_stream, initialization_options, raise_exceptions)
+        async with self.lifespan(self) as state:
+            await serve_dual_era_loop(
+                self,
+                read_stream,
+                write_stream,
+                lifespan_state={**state, WINDOW_STATE: window},
+                init_options=initialization_options,
+                raise_exceptions=raise_exceptions,
+            )
 
     @asynccontextmanager
     async def _lifespan(self, _: Server[Any]) -> AsyncGenerator[dict[str, Any]]:
@@ -461,7 +531,8 @@ def build_server(
         catalog=catalog if catalog is not None else Downstreams([]),
         instructions=instructions,
         tool_search=tool_search,
+        profiles=profiles,
     )
-    scope = [ClientScope(profiles, server.catalog)] if profiles is not None else []
+    scope = [ClientScope(profiles)] if profiles is not None else []
     server.middleware[:0] = [*([request_spans()] if traced else []), *scope]  # spans outermost
     return server

@@ -35,6 +35,7 @@ from mcp.shared.message import SessionMessage
 
 from omega_mcp._sdk import SESSION_MESSAGES, ReadStream, Streams, WriteStream
 from omega_mcp.fastpath.relay import Relay
+from omega_mcp.server.profiles import ClientProfile
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.wire.jsonline import encode_line
 from omega_mcp.wire.oversize import Oversize, limit_text
@@ -130,8 +131,10 @@ async def serve_streams(
     *,
     relay: bool = True,
     max_message_bytes: int | None = None,
+    window: ClientProfile | None = None,
 ) -> None:
-    """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams)."""
+    """Serve one client on a pair of streams until it disconnects (the relay only on pipe streams); an
+    attached `window`'s requests run as that client."""
     async with anyio.create_task_group() as task_group:
         if isinstance(read_stream, PipeReader) and isinstance(write_stream, PipeWriter):
             _parse_errors(read_stream, write_stream)
@@ -155,7 +158,7 @@ async def serve_streams(
             )
             read_stream.take = relay_calls.from_client
             read_stream.congested = relay_calls.downstream_congested
-        await server.run(read_stream, write_stream, server.initialization_options())
+        await server.run(read_stream, write_stream, server.initialization_options(), window=window)
         task_group.cancel_scope.cancel()
 
 

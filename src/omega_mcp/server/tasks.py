@@ -26,14 +26,14 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
 from omega_mcp._sdk import connection_of
+from omega_mcp.calling import Caller
 from omega_mcp.errors import InvalidArgumentsError, UnknownToolError
 from omega_mcp.narrow import object_or_none
-from omega_mcp.proxy.client_requests import CALLER, Caller
 from omega_mcp.proxy.modern import RESERVED_META
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.proxy.tasks import TASK_METHODS, TASK_VERSIONS, Held, TaskTable, runs_as_task, task_id_of, with_task_id
-from omega_mcp.server.profiles import PROFILE
+from omega_mcp.server.profiles import ClientProfile
 from omega_mcp.toolbox import Toolbox
 
 __all__ = ["TASKS_CAPABILITY", "TaskHandlers"]
@@ -52,15 +52,18 @@ _NOTIFY_SECONDS = 2.0
 _NOT_FOUND = "Task not found"
 
 CallerOf = Callable[[ServerSession, types.RequestId | None], Caller]
+ClientOf = Callable[[Any], ClientProfile | None]
+"""`client_of(ctx)`: the hub client a request comes from (`OmegaServer.client_of`)."""
 
 
 class TaskHandlers:
     """Task-augmented calls and the task methods of the hub's clients, routed to the servers that own them."""
 
-    def __init__(self, toolbox: Toolbox, downstreams: Downstreams, caller_of: CallerOf) -> None:
+    def __init__(self, toolbox: Toolbox, downstreams: Downstreams, caller_of: CallerOf, client_of: ClientOf) -> None:
         self._toolbox = toolbox
         self._downstreams = downstreams
         self._caller_of = caller_of
+        self._client_of = client_of
         self.table = TaskTable()
         self._watched: weakref.WeakSet[Connection] = weakref.WeakSet()
 
@@ -75,26 +78,24 @@ class TaskHandlers:
         session = ctx.session
         if ctx.protocol_version not in TASK_VERSIONS or session.client_params is None:
             return await call_next(ctx)  # an era without tasks, or not initialized: as before
-        token = CALLER.set(self._caller_of(session, ctx.request_id))  # what the server asks meanwhile goes to it
-        try:
-            return await self._handle(method, connection_of(session), params or {})
-        finally:
-            CALLER.reset(token)
+        caller = self._caller_of(session, ctx.request_id)  # what the server asks meanwhile goes to it
+        return await self._handle(method, connection_of(session), params or {}, caller, self._client_of(ctx))
 
-    async def _handle(self, method: str, owner: Connection, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _handle(
+        self, method: str, owner: Connection, args: Mapping[str, Any], caller: Caller, profile: ClientProfile | None
+    ) -> dict[str, Any]:
         if method == "tools/call":
-            return await self._create(owner, args)
+            return await self._create(owner, args, caller, profile)
         if method == "tasks/list":
-            return await self._list(owner, args)
+            return await self._list(owner, args, caller)
         held = self.table.find(owner, args.get("taskId"))
         target = self._live(held)
         if held is None or target is None:
             raise MCPError(types.INVALID_PARAMS, _NOT_FOUND)
         try:
-            with self._downstreams.client_requests.calling(held.server_name):
-                raw = await target.request(
-                    method, {"taskId": held.remote_id}, timeout_seconds=target.spec.timeout_seconds
-                )
+            with self._downstreams.client_requests.calling(held.server_name, caller):
+                timeout = target.spec.timeout_seconds
+                raw = await target.request(method, {"taskId": held.remote_id}, timeout_seconds=timeout, caller=caller)
         except MCPError as exc:
             if method == "tasks/result" and exc.code == types.REQUEST_TIMEOUT:
                 seconds = target.spec.timeout_seconds
@@ -129,19 +130,22 @@ class TaskHandlers:
 
     # -- tools/call with `task` --------------------------------------------------------------
 
-    async def _create(self, owner: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def _create(
+        self, owner: Connection, params: Mapping[str, Any], caller: Caller, profile: ClientProfile | None
+    ) -> dict[str, Any]:
         name, raw_arguments, task = params.get("name"), params.get("arguments"), params.get("task")
         arguments = object_or_none(raw_arguments) if raw_arguments is not None else {}
         if not isinstance(name, str) or arguments is None or object_or_none(task) is None:
             raise MCPError(types.INVALID_PARAMS, "Invalid request parameters")
-        session, tool_name = await self._target(name, dict(arguments))
+        session, tool_name = await self._target(name, dict(arguments), caller, profile)
         sent: dict[str, Any] = {"name": tool_name, "arguments": arguments, "task": task}
         meta = object_or_none(params.get("_meta"))
         forwarded = {k: v for k, v in (meta or {}).items() if k != "progressToken" and not k.startswith(RESERVED_META)}
         if forwarded:
             sent["_meta"] = forwarded
-        with self._downstreams.client_requests.calling(session.spec.server_name):
-            raw = await session.request("tools/call", sent, timeout_seconds=session.spec.timeout_seconds)
+        with self._downstreams.client_requests.calling(session.spec.server_name, caller):
+            timeout = session.spec.timeout_seconds
+            raw = await session.request("tools/call", sent, timeout_seconds=timeout, caller=caller)
         remote_id = task_id_of(raw)
         if remote_id is None:
             raise MCPError(
@@ -150,7 +154,9 @@ class TaskHandlers:
         self._watch(owner)
         return with_task_id(raw, self.table.add(owner, session.spec.server_name, session, remote_id))
 
-    async def _target(self, name: str, arguments: dict[str, Any]) -> tuple[DownstreamSession, str]:
+    async def _target(
+        self, name: str, arguments: dict[str, Any], caller: Caller, profile: ClientProfile | None
+    ) -> tuple[DownstreamSession, str]:
         """The live session and tool name a task-augmented call of `name` goes to.
 
         Raises:
@@ -162,7 +168,6 @@ class TaskHandlers:
             await downstreams.wait_settled(starting)
         try:
             route = self._toolbox.resolve(name)
-            profile = PROFILE.get()
             if profile is not None and not profile.permits(route):
                 raise UnknownToolError(name)
             server_name = route.server_name
@@ -184,7 +189,7 @@ class TaskHandlers:
         if session.spec.share == "session":
             raise MCPError(types.METHOD_NOT_FOUND, f'tool {name} runs in a share = "session" server: no tasks for it')
         if not runs_as_task(
-            await session.capabilities_for_caller(), downstreams.get_tool(server_name, route.tool_name)
+            await session.capabilities_for_caller(caller), downstreams.get_tool(server_name, route.tool_name)
         ):
             raise MCPError(types.METHOD_NOT_FOUND, f"tool {name} does not support task-augmented execution")
         return session, route.tool_name
@@ -201,7 +206,7 @@ class TaskHandlers:
 
     # -- tasks/list --------------------------------------------------------------------------
 
-    async def _list(self, owner: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
+    async def _list(self, owner: Connection, params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
         """The client's own tasks, each as its server has it now (a gone or expired one is dropped)."""
         cursor = params.get("cursor")
         start = 0
@@ -217,8 +222,9 @@ class TaskHandlers:
                 self.table.forget(task_id)
                 continue
             try:
+                timeout = target.spec.timeout_seconds
                 raw = await target.request(
-                    "tasks/get", {"taskId": held.remote_id}, timeout_seconds=target.spec.timeout_seconds
+                    "tasks/get", {"taskId": held.remote_id}, timeout_seconds=timeout, caller=caller
                 )
             except MCPError as exc:
                 if exc.code == types.INVALID_PARAMS:  # expired on the server

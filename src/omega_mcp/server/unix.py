@@ -33,7 +33,7 @@ import anyio
 from omega_mcp._sdk import SESSION_MESSAGES
 from omega_mcp.narrow import object_or_none
 from omega_mcp.sandbox.policy import SandboxPolicy
-from omega_mcp.server.profiles import WINDOW, Profiles
+from omega_mcp.server.profiles import Profiles
 from omega_mcp.server.server import OmegaServer
 from omega_mcp.server.stdio import serve_streams
 from omega_mcp.wire.pipes import PipeReader, PipeWriter
@@ -289,16 +289,16 @@ class _Connection:
         _send_line(sock, {**answer, "client_prefix": naming.client_prefix, "names": naming.style})
         windows.join(Window(client, str(policy.workspace), policy.mode, pid))
         logger.info("window %s attached (workspace %s, mode %s)", client, policy.workspace, policy.mode)
-        token = WINDOW.set(profile)
         writer_fd = os.dup(sock.fileno())
         reader = PipeReader(sock.fileno(), SESSION_MESSAGES, label=f"[{client}]")
         writer = PipeWriter(writer_fd, SESSION_MESSAGES, label=f"[{client}]")
         try:
             # No stdio relay: it hooks each server's pipe for one client only (its ids and answers are
             # that client's), and it would not pick a window's own `share = "session"` connection.
-            await serve_streams(server, reader, writer, relay=False, max_message_bytes=self.max_message_bytes)
+            await serve_streams(
+                server, reader, writer, relay=False, max_message_bytes=self.max_message_bytes, window=profile
+            )
         finally:
-            WINDOW.reset(token)
             reader.detach()
             writer.detach()
             os.close(writer_fd)
