@@ -47,6 +47,9 @@ class _Recording:
     async def wait_settled(self, server_names: Sequence[str]) -> None:
         return None
 
+    def unsettled(self) -> list[str]:
+        return []
+
     async def call_tool(
         self, server_name: str, tool_name: str, arguments: dict[str, Any], context: CallContext
     ) -> Wire:

@@ -98,6 +98,10 @@ class DownstreamTools(Protocol):
         """Wait (bounded by their connect timeouts) until these servers connected or failed once."""
         ...
 
+    def unsettled(self) -> list[str]:
+        """The enabled servers still in their first connection attempt."""
+        ...
+
     async def call_tool(
         self,
         server_name: str,

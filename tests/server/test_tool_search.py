@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import pytest
 from mcp import types
 from mcp.shared.exceptions import MCPError
@@ -24,7 +25,7 @@ from omega_mcp.server.server import OmegaServer, build_server
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from omega_mcp.toolsearch import CALL_TOOL, SEARCH_TOOLS, ToolSearchMode
-from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool
+from proxy_support import Notifications, client, downstream, downstream_spec, echo_tool, gated
 from search_support import catalog_servers
 from waits import deadline
 
@@ -337,3 +338,32 @@ async def test_a_downstream_copy_of_bash_does_not_outrank_bash_and_each_result_n
     lines = text(result).splitlines()
     assert lines[0].startswith("bash: ") and lines[0].endswith("[omega built-in]")
     assert lines[1].endswith("[server helper]")
+
+
+async def test_a_search_waits_for_a_server_still_starting_as_a_call_would(rwx_policy: SandboxPolicy):
+    """`serve` lists at once while a server starts (its tools come with list_changed), but a search result
+    is read once: answered without that server, it would tell the model that no tool fits."""
+    gate = anyio.Event()
+    spec = downstream_spec("slow", gated(downstream("slow", [echo_tool()]), gate))
+    async with (
+        Downstreams([spec], backoff_seconds=0.05, startup_wait_seconds=0) as downstreams,
+        Toolbox(rwx_policy, downstreams) as toolbox,
+    ):
+        server = build_server(toolbox, catalog=downstreams, tool_search=SessionTools(toolbox, mode="on"))
+        async with client(server) as session:
+            answered = anyio.Event()
+            results: list[types.CallToolResult] = []
+
+            async def search() -> None:
+                results.append(await session.call_tool(SEARCH_TOOLS, {"query": "echo the text back"}))
+                answered.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(search)
+                with anyio.move_on_after(0.5):  # unscaled: this asserts that something does not happen
+                    await answered.wait()
+                assert not answered.is_set(), f"answered while slow was still starting: {text(results[0])}"
+                gate.set()
+                with deadline(10):
+                    await answered.wait()
+    assert text(results[0]).startswith("mcp__slow__echo"), text(results[0])

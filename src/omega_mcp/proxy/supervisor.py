@@ -353,6 +353,10 @@ class Downstreams(AsyncContextManagerMixin):
         prefixed = [n for n, e in self._entries.items() if name.startswith(server_prefixes(n)) and e.spec.enabled]
         return [n for n in prefixed if not self._entries[n].settled]
 
+    def unsettled(self) -> list[str]:
+        """The enabled servers still in their first connection attempt, config order."""
+        return [n for n, e in self._entries.items() if e.spec.enabled and not e.settled]
+
     async def wait_settled(self, server_names: Sequence[str]) -> None:
         """Wait until each of these servers connected or failed once (bounded: its connect timeout)."""
         entries = [self._entries[name] for name in server_names]

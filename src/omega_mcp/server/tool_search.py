@@ -233,6 +233,12 @@ class SessionTools:
             InvalidArgumentsError: the arguments are wrong (the message names the field).
         """
         query, limit, server = search_arguments(arguments)
+        downstreams = self.toolbox.downstreams
+        if downstreams is not None and (starting := downstreams.unsettled()):
+            # A search answers for every server, as a call waits for its tool's server: an answer
+            # without a server still starting would tell the model no tool fits (bounded: their connect
+            # timeouts; `list_changed` covers the list, but a search result is read once).
+            await downstreams.wait_settled(starting)
         await self._catalog()
         namespace = self.toolbox.namespace()
 
