@@ -279,9 +279,14 @@ class Toolbox(AsyncContextManagerMixin):
             DownstreamRefusedError: the downstream answered with a JSON-RPC error.
         """
         args = dict(arguments or {})
+        profile = context.profile
         try:
-            route = await self._resolve(name)
-            profile = context.profile
+            try:
+                route = await self._resolve(name)
+            except UnknownToolError:
+                if profile is None:
+                    raise
+                raise self._unknown_to(profile, name) from None  # its hints name only tools it may call
             if profile is not None and not profile.permits(route):
                 raise self._unknown_to(profile, name)
             if route.server_name is None:

@@ -35,6 +35,7 @@ from omega_mcp.errors import ConfigError, OmegaError
 from omega_mcp.server.auth import BearerTokenMiddleware, HubTokens, load_or_create_token
 from omega_mcp.server.guard import ConnectionGuard, raise_open_files_limit, waiting_cap
 from omega_mcp.server.ops import Operations, OpsMiddleware
+from omega_mcp.server.profiles import PROFILE, Profiles
 from omega_mcp.server.server import OmegaServer
 
 __all__ = [
@@ -114,6 +115,34 @@ class _CountRequests:
             self._in_flight.finished()
 
 
+class _ProfileScope:
+    """ASGI middleware: an HTTP request runs with `PROFILE` set to its token's client from the start.
+    The SDK's 2026 transport checks a call's `Mcp-Param-*` headers against the tool's schema
+    (`input_schema_for_caller`) before the MCP server's middleware (`ClientScope`) runs; without this,
+    a client's headers were checked against a tool its profile hides, and the answer told it so."""
+
+    def __init__(self, app: ASGIApp, profiles: Profiles) -> None:
+        self.app = app
+        self._profiles = profiles
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        token = PROFILE.set(self._profiles.of(_Scoped(scope)))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            PROFILE.reset(token)
+
+
+class _Scoped:
+    """What `Profiles.of` reads of a request: its ASGI scope (where the token's client is)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+
 def _security(host: str, port: int, allowed_hosts: Sequence[str] | None = None) -> TransportSecuritySettings:
     if allowed_hosts is not None:  # `[hub] allowed_hosts`: exactly these (behind a balancer)
         hosts = [h for name in allowed_hosts for h in ((name,) if ":" in name.lstrip("[") else (name, f"{name}:*"))]
@@ -155,6 +184,8 @@ def build_http_app(
         transport_security=_security(host, port, allowed_hosts),
         max_request_body_size=max_request_body_bytes,
     )
+    if server.profiles is not None:  # inside the token check, which names the client
+        app.add_middleware(_ProfileScope, profiles=server.profiles)
     app.add_middleware(BearerTokenMiddleware, tokens=tokens)
     in_flight = _InFlight()
     app.add_middleware(_CountRequests, in_flight=in_flight)
