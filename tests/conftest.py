@@ -23,6 +23,21 @@ E2E_MODULES = frozenset(
         "tests/agent/test_cli_stream_e2e.py",
         "tests/agent/test_interactive_pty.py",
         "tests/proxy/test_era_pairings.py",  # 180 cases over four omega processes and eight servers
+        # Whole omega processes (a hub, `serve`, `attach` or a one-shot command per test) driven from outside:
+        "tests/server/test_http.py",
+        "tests/server/test_ops.py",
+        "tests/server/test_profiles.py",
+        "tests/security/test_hub_access.py",
+        "tests/cli/test_login.py",
+        "tests/cli/test_attach.py",
+        "tests/cli/test_oneshot.py",
+        "tests/cli/test_cli.py",
+        "tests/cli/test_team_config.py",
+        "tests/cli/test_root_warning.py",
+        "tests/cli/test_proxy_cli.py",
+        "tests/cli/test_search_cli.py",
+        "tests/agent/test_cli_failures.py",
+        "tests/proxy/test_pins.py",
     }
 )
 ROOT = Path(__file__).resolve().parents[1]
