@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,31 @@ def modern_only(server: Server[Any]) -> Callable[[], AbstractAsyncContextManager
                 tg.cancel_scope.cancel()
 
     return connect
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@asynccontextmanager
+async def http_fixture(*argv: str, env: Mapping[str, str] | None = None) -> AsyncIterator[str]:
+    """A fixture server run as `python ARGV... --http PORT` on a free loopback port: its /mcp URL once it
+    listens (bounded); stopped after (terminate, then kill)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    command = [sys.executable, *argv, "--http", str(port)]
+    process = await anyio.open_process(command, env=dict(env if env is not None else os.environ))
+    try:
+        await until(lambda: _listening(port) or process.returncode is not None, "the fixture server", 30)
+        assert process.returncode is None, "the fixture server exited"
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await process.aclose()

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +20,13 @@ import anyio
 import pytest
 from mcp import types
 
-from hub_support import free_port
 from omega_mcp.proxy.spec import DownstreamSpec
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import build_server
 from omega_mcp.toolbox import Toolbox
+from proxy_support import http_fixture
 from relay_support import outcome, pipe_client
-from waits import deadline
 
 MODERN_SERVER = Path(__file__).parents[1] / "fixtures" / "modern_server.py"
 
@@ -47,31 +44,12 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 @pytest.fixture
 async def remote(tmp_path: Path) -> AsyncIterator[str]:
     """The fixture server over HTTP; the `sleep` calls it starts are logged to tmp_path/sleeps.jsonl."""
-    port = free_port()
     env = {**os.environ, "MODERN_FIXTURE_LOG": str(tmp_path / "sleeps.jsonl")}
-    process = await anyio.open_process([sys.executable, str(MODERN_SERVER), "--http", str(port)], env=env)
-    try:
-        with deadline(30):
-            while not _listening(port):
-                assert process.returncode is None, "the fixture server exited"
-                await anyio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        await process.aclose()
+    async with http_fixture(str(MODERN_SERVER), env=env) as url:
+        yield url
 
 
 async def _elicited(context: Any, params: Any) -> types.ElicitResult:

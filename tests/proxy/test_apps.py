@@ -6,31 +6,24 @@ by `search_tools` nor run through `call_tool`."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp
 import pytest
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
 
 from cli_support import cli_env, rwx_config
-from hub_support import free_port
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import build_server
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
-from proxy_support import FIXTURES, client, downstream_spec, hub, listed
-from waits import deadline
+from proxy_support import FIXTURES, client, downstream_spec, http_fixture, hub, listed
 
 _spec = importlib.util.spec_from_file_location("app_server_fixture", FIXTURES / "app_server.py")
 assert _spec is not None and _spec.loader is not None
@@ -140,34 +133,9 @@ async def test_ten_servers_with_the_same_ui_uri_each_open_their_own_ui(rwx_polic
             await _each_tool_opens_its_own_ui(omega, mode, names)
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@asynccontextmanager
-async def _http_app_server(name: str) -> AsyncIterator[str]:
-    port = free_port()
-    process = await anyio.open_process([sys.executable, str(APP_SERVER), name, "--http", str(port)], env=os.environ)
-    try:
-        with deadline(30):
-            while not _listening(port):
-                assert process.returncode is None, "the fixture server exited"
-                await anyio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        await process.aclose()
-
-
 async def test_stdio_and_http_servers_with_the_same_ui_uri_each_open_their_own_ui(rwx_policy: SandboxPolicy):
     stdio = StdioServerParameters(command=sys.executable, args=[str(APP_SERVER), "local"])
-    async with _http_app_server("remote") as url:
+    async with http_fixture(str(APP_SERVER), "remote") as url:
         specs = (DownstreamSpec("local", stdio), DownstreamSpec("remote", url))
         async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, _, omega):
             await downstreams.wait_ready()

@@ -10,14 +10,10 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +25,14 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from cli_support import cli_env
-from hub_support import free_port, hub_client, start_hub
+from hub_support import hub_client, start_hub
 from omega_mcp.proxy.eras import EraChoice
 from omega_mcp.proxy.supervisor import Downstreams, DownstreamSpec
 from omega_mcp.sandbox.policy import SandboxPolicy
 from omega_mcp.server.server import OmegaServer, build_server
 from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
-from proxy_support import FIXTURES, client, downstream_spec, hub
+from proxy_support import FIXTURES, client, downstream_spec, http_fixture, hub
 from relay_support import pipe_client
 from waits import deadline, until
 
@@ -303,32 +299,9 @@ async def test_a_client_that_cancels_its_plain_call_cancels_the_task_it_ran_as(r
 # -- over stdio and streamable HTTP -----------------------------------------------------------
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@asynccontextmanager
-async def _http_task_server() -> AsyncIterator[str]:
-    port = free_port()
-    process = await anyio.open_process([sys.executable, str(TASK_SERVER), "--http", str(port)], env=os.environ)
-    try:
-        await until(lambda: _listening(port) or process.returncode is not None, "the fixture server", 30)
-        assert process.returncode is None, "the fixture server exited"
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        await process.aclose()
-
-
 async def test_tasks_pass_through_stdio_and_http_downstreams(rwx_policy: SandboxPolicy):
     stdio = StdioServerParameters(command=sys.executable, args=[str(TASK_SERVER)])
-    async with _http_task_server() as url:
+    async with http_fixture(str(TASK_SERVER)) as url:
         specs = (DownstreamSpec("local", stdio), DownstreamSpec("remote", url))
         async with hub(rwx_policy, *specs, backoff_seconds=60) as (downstreams, _, omega):
             await downstreams.wait_ready()
