@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -308,11 +309,11 @@ async def test_a_config_file_whose_content_changes_is_reloaded_and_no_server_res
 class _Pipes:
     """A raw `attach` process on pipes, for the exchanges an SDK client would hide (who answered, and when)."""
 
-    def __init__(self, tmp_path: Path, config: Path, **env: str) -> None:
+    def __init__(self, tmp_path: Path, config: Path, *flags: str, **env: str) -> None:
         self.errors = tmp_path / f"attach-{len(list(tmp_path.glob('attach-*.err')))}.err"
         with self.errors.open("wb") as errors:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config)],
+                [sys.executable, "-m", "omega_mcp", "attach", "--config", str(config), *flags],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=errors,
@@ -355,8 +356,11 @@ class _Pipes:
             self.proc.stdout.close()
 
 
-def _hub_answers(tmp_path: Path, config: Path, *openings: dict[str, object]) -> list[dict[str, object]]:
-    """What the running hub itself answers to each opening, asked as a window of its own (one per opening)."""
+def _hub_answers(
+    tmp_path: Path, config: Path, *openings: dict[str, object], workspace: str | None = None
+) -> list[dict[str, object]]:
+    """What the running hub itself answers to each opening, asked as a window of its own (one per opening,
+    its tree's name made `window-ID` as `_same_tree` makes every window's)."""
     [sock_path] = (tmp_path / "h" / "run").glob("*.sock")
     answers = []
     run = os.open(sock_path.parent, os.O_PATH | os.O_DIRECTORY)  # tmp_path makes too long a sun_path
@@ -365,13 +369,22 @@ def _hub_answers(tmp_path: Path, config: Path, *openings: dict[str, object]) -> 
             sock.connect(f"/proc/self/fd/{run}/{sock_path.name}")
             sock.settimeout(scaled(30))
             reader = sock.makefile("rb")
-            hello = {"omega": "attach", "window": f"probe{len(answers)}", "workspace": None, "pid": os.getpid()}
+            hello = {"omega": "attach", "window": f"probe{len(answers)}", "workspace": workspace, "pid": os.getpid()}
             sock.sendall(json.dumps(hello).encode() + b"\n")
             assert json.loads(reader.readline())["ok"] is True
             sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, **opening}).encode() + b"\n")
-            answers.append(json.loads(reader.readline()))
+            answers.append(_same_tree(json.loads(reader.readline())))
     os.close(run)
     return answers
+
+
+def _same_tree(answer: dict[str, object]) -> dict[str, object]:
+    """`answer` with the window's own tree in its instructions named `window-ID`, whichever window it is."""
+    result = answer.get("result")
+    if isinstance(result, dict) and isinstance(result.get("instructions"), str):
+        text = re.sub(r"/clients/window-[\w-]+", "/clients/window-ID", result["instructions"])
+        return {**answer, "result": {**result, "instructions": text}}
+    return answer
 
 
 _INITIALIZE = {
@@ -423,8 +436,8 @@ def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits
             modern.send({"id": 7, **_DISCOVER})
             probing.send({"id": 1, "method": "server/discover"})  # no 2026 envelope: the handshake follows
             probing.send({"id": 2, **_INITIALIZE})
-            answered = handshake.answer(1), modern.answer(7)
-            probed = probing.answer(1), probing.answer(2)
+            answered = _same_tree(handshake.answer(1)), _same_tree(modern.answer(7))
+            probed = probing.answer(1), _same_tree(probing.answer(2))
             assert not _hubs(config)
             handshake.send({"method": "notifications/initialized"})
             handshake.send({"id": 2, "method": "tools/list"})
@@ -439,6 +452,36 @@ def test_a_cold_window_is_answered_at_once_in_both_eras_and_its_first_list_waits
         assert probed[1] == {**answered[0], "id": 2}
     finally:
         for window in (handshake, modern, probing):
+            window.close()
+
+
+def test_a_window_is_told_its_own_workspace_and_tree_at_once_and_by_the_hub(tmp_path: Path, stop_hubs: None) -> None:
+    config = _config(tmp_path)
+    lock = _greeted(tmp_path, config)
+    hub_workspace, own = tmp_path / "h" / "workspace", tmp_path / "project"
+    own.mkdir()
+    handshake, modern = (_Pipes(tmp_path, config, "--workspace", str(own)) for _ in range(2))
+    other_mode = _Pipes(tmp_path, config, "--workspace", str(own), "--mode", "rx")
+    try:
+        with _held(lock):  # no hub: attach answers from the greeting alone
+            handshake.send({"id": 1, **_INITIALIZE})
+            modern.send({"id": 2, **_DISCOVER})
+            answered = handshake.answer(1), modern.answer(2)
+            other_mode.send({"id": 1, **_INITIALIZE})
+        for answer in answered:
+            text = str(answer["result"]["instructions"])  # type: ignore[index]
+            assert f"are the workspace {own}." in text and f"only under {own}, " in text
+            assert str(hub_workspace) not in text and "clients/@hub" not in text
+            [tree] = re.findall(r"(/\S+/clients/window-[\w-]+)/scratch", text)
+            assert Path(tree).parent == tmp_path / "h" / "clients"
+        # Another mode than the hub's: only the hub can tell (its answer comes once the lock is let go).
+        text = str(other_mode.answer(1)["result"]["instructions"])  # type: ignore[index]
+        assert "Sandbox mode rx" in text and f"workspace {own}." in text
+        # The hub's own answers to a window of that workspace are the same (each window's tree its own).
+        hub = _hub_answers(tmp_path, config, {"id": 1, **_INITIALIZE}, {"id": 2, **_DISCOVER}, workspace=str(own))
+        assert [_same_tree(a) for a in answered] == hub
+    finally:
+        for window in (handshake, modern, other_mode):
             window.close()
 
 

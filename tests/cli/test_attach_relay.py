@@ -12,6 +12,7 @@ import pytest
 
 from omega_mcp.cli.attach import _Options  # pyright: ignore[reportPrivateUsage]
 from omega_mcp.cli.attach_relay import Greeting, dumps, loads
+from omega_mcp.server.instructions import CLIENT_MARK, WORKSPACE_MARK
 
 VALUES = [
     {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": {"progressToken": "p"}}},
@@ -74,6 +75,29 @@ def test_the_greeting_answers_only_what_it_knows() -> None:
     future = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
     assert ask({"method": "server/discover", "params": future}) is None
     assert ask({"method": "tools/list"}) is None
+
+
+def test_a_window_fills_the_greetings_instructions_with_its_own_workspace_and_tree() -> None:
+    template = f"workspace {WORKSPACE_MARK}. write under {WORKSPACE_MARK}, {CLIENT_MARK}/scratch, /tmp"
+    answer = f'"result":{json.dumps({"instructions": template, "protocolVersion": "2025-06-18"})}'
+    window = {"mode": "sandbox", "workspace": "/hub/ws", "tree": "/h/clients/window-"}
+    greeting = Greeting({"initialize *": answer}, window)
+    opening = {"method": "initialize", "params": {"protocolVersion": "x", "capabilities": {}, "clientInfo": {}}}
+    opening["params"]["clientInfo"] = {"name": "c", "version": "1"}  # type: ignore[index]
+
+    def told(filled: Greeting | None) -> str:
+        assert filled is not None
+        text = filled.answer(opening)
+        assert text is not None
+        return json.loads("{" + text + "}")["result"]["instructions"]
+
+    own = '/home/josé/a "quoted" \\ dir'
+    assert told(greeting.for_window("7-ab", own, None)) == (
+        f"workspace {own}. write under {own}, /h/clients/window-7-ab/scratch, /tmp"
+    )
+    assert told(greeting.for_window("7-ab", None, "sandbox")).startswith("workspace /hub/ws. write under /hub/ws,")
+    assert greeting.for_window("7-ab", own, "rx") is None  # another mode: only the hub can tell
+    assert Greeting({"initialize *": answer}).for_window("7-ab", own, None) is None  # an older hub's greeting
 
 
 def test_a_window_process_imports_no_json_re_pathlib_socket_or_argparse() -> None:

@@ -116,3 +116,13 @@ async def test_the_file_tools_write_only_their_own_clients_corner_of_omega_home(
         await alice.call_tool("write", {"file_path": str(hub.home / "logs" / "n.txt"), "content": "a"})
     assert (hub.home / "clients" / "alice" / "n.txt").read_text() == "a"
     assert not (hub.home / "logs" / "n.txt").exists()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_each_client_is_told_its_own_workspace_and_tree(hub: Hub, mode: str) -> None:
+    for name, token in (("alice", ALICE), ("bob", BOB)):
+        async with hub_client(hub.url, token, mode=mode) as client:
+            text = client.instructions or ""
+        other, config_dir = "bob" if name == "alice" else "alice", hub.home.parent
+        assert f"workspace {config_dir / name}." in text and f"{hub.home / 'clients' / name}/scratch" in text, text
+        assert f"{config_dir / other}," not in text and "clients/@hub" not in text and f"clients/{other}" not in text

@@ -117,7 +117,10 @@ class HubAddress:
             return None
         items: dict[object, object] = answers  # pyright: ignore[reportUnknownVariableType]
         # Each answer goes out as it is, inside one line: one that could end the line is no answer.
-        return Greeting({str(k): v for k, v in items.items() if isinstance(v, str) and "\n" not in v and "\r" not in v})
+        return Greeting(
+            {str(k): v for k, v in items.items() if isinstance(v, str) and "\n" not in v and "\r" not in v},
+            found.get("window"),
+        )
 
 
 def omega_home() -> str:
@@ -308,12 +311,17 @@ class _Options:
         return self.values.get(flag)
 
 
-def _hello(options: _Options, window: str) -> bytes:
+def workspace_of(options: _Options) -> str | None:
+    """The window's `--workspace`, absolute; None: the hub's."""
     workspace = options.get("--workspace")
+    return os.path.abspath(os.path.expanduser(workspace)) if workspace else None
+
+
+def _hello(options: _Options, window: str) -> bytes:
     hello = {
         "omega": "attach",
         "window": window,
-        "workspace": os.path.abspath(os.path.expanduser(workspace)) if workspace else None,
+        "workspace": workspace_of(options),
         "mode": options.get("--mode"),
         "client_prefix": options.get("--client-prefix"),
         "names": options.get("--names"),
@@ -413,10 +421,13 @@ def main(argv: list[str]) -> int:
     if config is not None and not os.path.isfile(config):
         return _serve_instead(options, f"{config} does not exist")
     address = HubAddress(omega_home(), config)
-    hello = _hello(options, f"{os.getpid()}-{os.urandom(3).hex()}")
+    window = f"{os.getpid()}-{os.urandom(3).hex()}"
+    hello = _hello(options, window)
     try:
         address.prepare()
         greeting = address.read_greeting()
+        if greeting is not None:
+            greeting = greeting.for_window(window, workspace_of(options), options.get("--mode"))
         # Without a greeting the hub answers the opening: reach it first (nothing read from the client yet).
         end = None if greeting is not None else _open(address, options, hello)
     except ValueError as exc:

@@ -60,6 +60,9 @@ _REPLAY = "omega-attach-replay-"
 _CLOSING_SECONDS = 30.0
 """After the client closed stdin, how long its requests still in flight may take to be answered."""
 _ENVELOPE = "io.modelcontextprotocol/protocolVersion"
+# server/instructions.py's WORKSPACE_MARK and CLIENT_MARK as the greeting's JSON text writes them.
+_WORKSPACE_MARK = "\\u0000workspace\\u0000"
+_CLIENT_MARK = "\\u0000client\\u0000"
 _SPACE = " \t\n\r"
 
 
@@ -131,10 +134,28 @@ class Greeting:
     (`"result":{...}` or `"error":{...}`): `initialize <version>` for each version the hub accepts
     as asked, `initialize *` for any other, `discover <version>` for each 2026-era version, and
     `discover` for a `server/discover` without the 2026 envelope (which opens the handshake era).
+    Their instructions are a template (server/instructions.py) that `for_window` fills in; `window`
+    holds the hub's mode, its workspace and the path its windows' trees begin with.
     """
 
-    def __init__(self, answers: dict[str, str]) -> None:
+    def __init__(self, answers: dict[str, str], window: object = None) -> None:
         self.answers = answers
+        self.window = _mapping(window) or {}
+
+    def for_window(self, window: str, workspace: str | None, mode: str | None) -> Greeting | None:
+        """The answers this window gets (its workspace, else the hub's, and its own tree), or None when only
+        the hub can tell: another mode than the hub's, or a greeting that does not say."""
+        hub_mode, hub_workspace, tree = (self.window.get(k) for k in ("mode", "workspace", "tree"))
+        if not (isinstance(hub_mode, str) and isinstance(hub_workspace, str) and isinstance(tree, str)):
+            return None
+        if mode is not None and mode != hub_mode:
+            return None
+        fills = ((_WORKSPACE_MARK, workspace or hub_workspace), (_CLIENT_MARK, tree + window))
+        answers = dict(self.answers)
+        for mark, path in fills:
+            text = _quote(path)[1:-1]
+            answers = {key: answer.replace(mark, text) for key, answer in answers.items()}
+        return Greeting(answers)
 
     def answer(self, message: dict[str, object]) -> str | None:
         """The answer to this opening request, or None when only the hub can tell."""

@@ -65,7 +65,7 @@ def hub_server(
     Raises:
         ConfigError: a client's workspace could not be created.
     """
-    from omega_mcp.server.instructions import hub_instructions
+    from omega_mcp.server.instructions import HubInstructions, hub_instructions
     from omega_mcp.server.profiles import Profiles
     from omega_mcp.server.server import build_server
     from omega_mcp.server.tool_search import SessionTools
@@ -83,6 +83,7 @@ def hub_server(
         toolbox,
         catalog=downstreams,
         instructions=hub_instructions(policy, sandbox, list(config.servers)),
+        client_instructions=HubInstructions(tuple(config.servers)),
         tool_search=search,
         profiles=profiles,
         traced=traced,

@@ -162,7 +162,16 @@ async def _ask_ourselves(server: OmegaServer, opening: Mapping[str, Any]) -> dic
 
 
 async def write_greeting(server: OmegaServer, address: attach.HubAddress, content: bytes) -> bool:
-    """Write run/'s greeting: this hub's answers to each opening, for `config`'s `content` (see attach.py)."""
+    """Write run/'s greeting: this hub's answers to each opening, for `config`'s `content` (see attach.py).
+
+    Each window is told its own workspace and tree (`server.client_instructions`), so the answers hold
+    the instructions as a template (`HubInstructions.template`) that `attach` fills in for its window,
+    of the hub's mode (`window`: what it fills them with when the window names no workspace).
+    """
+    from omega_mcp.server.unix import WINDOW_CLIENT
+
+    policy = server.toolbox.policy
+    own = server.client_instructions.template(policy) if server.client_instructions is not None else None
     answers: dict[str, str] = {}
     began = time.monotonic()
     for key, opening in _openings().items():
@@ -171,9 +180,14 @@ async def write_greeting(server: OmegaServer, address: attach.HubAddress, conten
             logger.warning("the hub's greeting was not written: no answer of its own to %s", key)
             return False
         part = "result" if "result" in answer else "error"
-        answers[key] = f"{json.dumps(part)}:{json.dumps(answer[part], separators=(',', ':'))}"
+        body: object = answer[part]
+        fields = object_or_none(body)
+        if own is not None and fields is not None and "instructions" in fields:
+            body = {**fields, "instructions": own}
+        answers[key] = f"{json.dumps(part)}:{json.dumps(body, separators=(',', ':'))}"
     logger.debug("the hub asked itself %d openings in %.0f ms", len(answers), (time.monotonic() - began) * 1000)
-    greeting = {"omega": __version__, "config": attach.digest(content), "answers": answers}
+    window = {"mode": policy.mode, "workspace": str(policy.workspace), "tree": str(policy.clients_dir / WINDOW_CLIENT)}
+    greeting = {"omega": __version__, "config": attach.digest(content), "answers": answers, "window": window}
     temporary = f"{address.greeting}.{os.getpid()}"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -65,6 +65,7 @@ from omega_mcp.server.approver import elicitation_approver
 from omega_mcp.server.bridge import Bridge, Raw, Run, Unreachable, asks_nothing, ours, replica_of_request
 from omega_mcp.server.clients import SessionCaller
 from omega_mcp.server.exports import CatalogHandlers
+from omega_mcp.server.instructions import HubInstructions
 from omega_mcp.server.logs import LogForwarder
 from omega_mcp.server.pages import page
 from omega_mcp.server.profiles import (
@@ -108,6 +109,9 @@ def _call_result(raw: Raw | types.InputRequiredResult, name: str) -> types.CallT
     return from_wire(raw, invalid=f"tool {name} returned an invalid result")
 
 
+_OPENINGS = frozenset({"initialize", "server/discover"})
+
+
 class OmegaServer(Server[Any]):
     """The SDK server plus the live sessions to tell when a list changes."""
 
@@ -117,10 +121,13 @@ class OmegaServer(Server[Any]):
         *,
         catalog: Downstreams | None = None,
         instructions: str | None = None,
+        client_instructions: HubInstructions | None = None,
         tool_search: SessionTools | None = None,
         profiles: Profiles | None = None,
     ) -> None:
         self.toolbox = toolbox
+        self.client_instructions = client_instructions
+        """Each hub client's own `instructions` (its workspace, mode and tree), or None: `instructions` for all."""
         self.catalog = catalog
         self.tool_search = tool_search
         """Search mode (`[hub] tool_search`), or None when it is off."""
@@ -165,7 +172,11 @@ class OmegaServer(Server[Any]):
             catalog.client_requests.task_status = self.tasks.relay_status
             catalog.client_requests.task_label = self.tasks.label
         # No SDK OpenTelemetry middleware (a span per request even unexported) unless `traced`.
-        self.middleware = [*([self.tasks.middleware] if self.tasks is not None else []), self._fast_call_tool]
+        self.middleware = [
+            self._own_instructions,
+            *([self.tasks.middleware] if self.tasks is not None else []),
+            self._fast_call_tool,
+        ]
 
     def _remember(self, session: ServerSession) -> None:
         self._connections.add(connection_of(session))  # dropped with the connection (a weak set)
@@ -174,6 +185,17 @@ class OmegaServer(Server[Any]):
         """The hub client a request comes from (`Profiles.of`); None: the hub's own token, or stdio."""
         profiles = self.profiles
         return profiles.of(ctx.request, window_of(ctx.lifespan_context)) if profiles is not None else None
+
+    async def _own_instructions(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """A hub client's answer to `initialize` or `server/discover` names its own workspace, mode and
+        tree (a window's, a client token's), not the hub's."""
+        result = await call_next(ctx)
+        if ctx.method not in _OPENINGS or self.client_instructions is None or not isinstance(result, dict):
+            return result
+        profile = self.client_of(ctx)
+        if profile is not None and "instructions" in result:
+            result["instructions"] = self.client_instructions.of(profile.policy)
+        return result
 
     def _context(
         self,
@@ -514,6 +536,7 @@ def build_server(
     *,
     catalog: Downstreams | None = None,
     instructions: str | None = None,
+    client_instructions: HubInstructions | None = None,
     tool_search: SessionTools | None = None,
     profiles: Profiles | None = None,
     traced: bool = False,
@@ -530,6 +553,7 @@ def build_server(
         toolbox,
         catalog=catalog if catalog is not None else Downstreams([]),
         instructions=instructions,
+        client_instructions=client_instructions,
         tool_search=tool_search,
         profiles=profiles,
     )

@@ -42,6 +42,9 @@ __all__ = ["Control", "Window", "Windows", "bind_unix", "peer_uid", "serve_unix"
 
 logger = logging.getLogger(__name__)
 
+WINDOW_CLIENT = "window-"
+"""A window's client name is this and its id (`attach`'s hello): its tree is `clients/window-<id>`."""
+
 _HELLO_SECONDS = 10.0
 _HELLO_BYTES = 1 << 16
 Control = Callable[[str, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
@@ -219,7 +222,7 @@ async def serve_unix(
 def _remove_tree(policy: SandboxPolicy) -> None:
     """A window's own tree goes with it (a window id is never reused, so its caches would only pile up)."""
     tree = policy.client_dir
-    if tree.parent == policy.clients_dir and tree.name.startswith("window-"):
+    if tree.parent == policy.clients_dir and tree.name.startswith(WINDOW_CLIENT):
         shutil.rmtree(tree, ignore_errors=True)
 
 
@@ -232,7 +235,8 @@ def _window_settings(hello: Mapping[str, Any]) -> tuple[str, Path | None, str | 
         return "workspace: not an absolute path"
     if mode is not None and mode not in ("sandbox", "rx", "rwx"):
         return f"mode: {mode!r} is not sandbox, rx or rwx"
-    return f"window-{window}", Path(workspace) if workspace else None, mode, pid if isinstance(pid, int) else None
+    chosen = Path(workspace) if workspace else None
+    return f"{WINDOW_CLIENT}{window}", chosen, mode, pid if isinstance(pid, int) else None
 
 
 class _Connection:
