@@ -27,6 +27,7 @@ import functools
 import math
 import os
 import stat
+import threading
 import time
 from collections.abc import Generator
 from contextlib import contextmanager, suppress
@@ -408,9 +409,48 @@ def check_world_write(policy: SandboxPolicy, path: Path, *, create: bool) -> Wor
     return WorldTarget(path=path, world_parent=_in_world(policy, parent), real_path=real)
 
 
+_READ_GUARDS: dict[int, tuple[SandboxPolicy, frozenset[str], frozenset[Path]]] = {}
+_READ_GUARDS_KEPT = 256
+_read_guards_lock = threading.Lock()
+
+
+def _read_guard(policy: SandboxPolicy) -> tuple[frozenset[str], frozenset[Path]]:
+    """Every spelling (`_aliases`) of every place `_read_block_reason` refuses below, and `policy.hidden`
+    as a set, made once per policy object (a session keeps its policy): comparing each against the
+    target's components cost more than the rest of a small read."""
+    known = _READ_GUARDS.get(id(policy))
+    if known is not None and known[0] is policy:
+        return known[1], known[2]
+    places = [policy.token_file, policy.state_dir]
+    if policy.mode != "rwx":
+        places += [*policy.foreign, policy.clients_dir, *policy.hidden, *policy.own_hidden]
+    prefixes = frozenset(str(alias) for place in places for alias in _aliases(place))
+    hidden = frozenset(policy.hidden)
+    with _read_guards_lock:
+        while len(_READ_GUARDS) >= _READ_GUARDS_KEPT:
+            del _READ_GUARDS[next(iter(_READ_GUARDS))]  # the oldest
+        _READ_GUARDS[id(policy)] = (policy, prefixes, hidden)
+    return prefixes, hidden
+
+
+def _below_any(target: Path, prefixes: frozenset[str]) -> bool:
+    """Whether `target` (absolute, normalised) is one of `prefixes` or lies below one: what
+    `is_relative_to` says for each, by its components, with one set lookup a component."""
+    text = str(target)
+    while True:
+        if text in prefixes:
+            return True
+        cut = text.rfind("/")
+        if cut <= 0:
+            return "/" in prefixes
+        text = text[:cut]
+
+
 def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     if target.is_relative_to("/proc") and target.name == "environ":
         return "/proc/*/environ holds process secrets (API keys, tokens); reading it is denied"
+    if not _below_any(target, _read_guard(policy)[0]):
+        return None  # below none of the places refused here: the checks below would all pass
     for alias in _aliases(policy.token_file):
         if target == alias:
             return "omega's token file is never readable by the tools"
@@ -459,7 +499,8 @@ def _hidden_identity(policy: SandboxPolicy, real: Path) -> Path | None:
     if policy.mode == "rwx":
         return None
     remember_hidden(policy)
-    wanted = {ident: path for path, ident in _HIDDEN_IDS.items() if path in policy.hidden}
+    hidden = _read_guard(policy)[1]
+    wanted = {ident: path for path, ident in _HIDDEN_IDS.items() if path in hidden}
     if not wanted:
         return None
     for place in (real, *real.parents):
