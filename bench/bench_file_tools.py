@@ -26,26 +26,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 _TOOLS = ("read", "write", "edit", "bash")
 
 
+def _how() -> Callable[[object], dict[str, Any]]:
+    """How the version under test takes a call's owner: in a `CallContext`, or (a src from before the
+    call's context) as a keyword of its own."""
+    try:
+        from omega_mcp.calling import CallContext
+    except ImportError:
+        return lambda owner: {"owner": owner}
+    return lambda owner: {"context": CallContext(owner=owner)}
+
+
 async def _measure(runs: int) -> dict[str, list[float]]:
     from omega_mcp.sandbox.policy import SandboxPolicy  # imported here: the version under test, by PYTHONPATH
     from omega_mcp.toolbox import Toolbox
 
-    try:
-        from omega_mcp.calling import CallContext
-
-        def how(owner: object) -> dict[str, Any]:
-            return {"context": CallContext(owner=owner)}
-    except ImportError:  # a src from before the call's context: the owner was a keyword of its own
-
-        def how(owner: object) -> dict[str, Any]:
-            return {"owner": owner}
-
+    how = _how()
     with tempfile.TemporaryDirectory(prefix="omega-bench-files-") as place:
         ws = Path(place) / "ws"
         ws.mkdir()
@@ -147,6 +149,7 @@ async def _alternated(runs: int) -> None:
     from omega_mcp.sandbox.policy import SandboxPolicy
     from omega_mcp.toolbox import Toolbox
 
+    how = _how()
     off = [False]
     real_for = fileworker_client.worker_for
     real_started = getattr(fileworker_client, "started", None)  # older versions have none
@@ -169,7 +172,7 @@ async def _alternated(runs: int) -> None:
         owner = object()
         times: dict[str, tuple[list[float], list[float]]] = {"write": ([], []), "edit": ([], [])}
         async with Toolbox(policy) as box:
-            await box.call_tool("write", {"file_path": "warm.txt", "content": "x"}, owner=owner)
+            await box.call_tool("write", {"file_path": "warm.txt", "content": "x"}, **how(owner))
             for i in range(runs):
                 old, new = ("beta", "gamma") if i % 2 == 0 else ("gamma", "beta")
                 for index, side in enumerate(("here", "world")):
@@ -180,7 +183,7 @@ async def _alternated(runs: int) -> None:
                     }
                     for tool, args in calls.items():
                         start = time.perf_counter()
-                        result = await box.call_tool(tool, args, owner=owner)
+                        result = await box.call_tool(tool, args, **how(owner))
                         times[tool][index].append((time.perf_counter() - start) * 1000)
                         if result.is_error:
                             raise SystemExit(f"{tool} failed: {result.content}")

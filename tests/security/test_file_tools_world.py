@@ -138,6 +138,49 @@ anyio.run(main)
     assert "own" in found["ok"]["text"] and not found["ok"]["error"], found  # a link within its /tmp works
 
 
+# Off switches for omega's own read checks (`paths.py`), as an entry their lists lack would be: where
+# omega opens a world's file itself (`sandbox/worldopen.py`), the world's covers must still decide.
+_READ_LISTS_OFF = """
+from omega_mcp.sandbox import paths as _paths
+_paths._read_block_reason = lambda policy, target: None
+_paths._hidden_identity = lambda policy, real: None
+"""
+
+
+def test_read_cannot_see_what_the_world_covers_even_when_omegas_lists_would_allow_it() -> None:
+    tag = uuid.uuid4().hex[:8]
+    program = (
+        _READ_LISTS_OFF
+        + f"""
+async def main():
+    async with Toolbox(policy(workspace=PLACE / "fakehome")) as box:
+        a, b = object(), object()
+        out = {{}}
+        out["key"] = await call(box, "read", {{"file_path": "~/.ssh/id_ed25519"}}, owner=b)
+        out["again"] = await call(box, "read", {{"file_path": "~/.ssh/id_ed25519"}}, owner=b)
+        out["make"] = await call(box, "bash", {{"command": "echo SECRET-OF-A > /tmp/a-{tag}"}}, owner=a)
+        found = [str(p) for p in (HOME / "clients").rglob("a-{tag}")]
+        out["found"] = found
+        out["other"] = [await call(box, "read", {{"file_path": p}}, owner=b) for p in found]
+        out["ok"] = await call(box, "read", {{"file_path": "~/notes.txt"}}, owner=b)
+        print(json.dumps(out))
+anyio.run(main)
+"""
+    )
+    with scenario() as attack:
+        ssh = attack.fakehome / ".ssh"
+        ssh.mkdir()
+        (ssh / "id_ed25519").write_text("PRIVATE-KEY\n")
+        (attack.fakehome / "notes.txt").write_text("fine\n")
+        attack.own(ssh, ssh / "id_ed25519", attack.fakehome / "notes.txt")
+        found = attack.run(program)
+    assert len(found["found"]) == 1, found  # A's private /tmp, seen from omega's side
+    assert "PRIVATE-KEY" not in json.dumps(found) and "SECRET-OF-A" not in json.dumps(found["other"]), found
+    for result in (found["key"], found["again"], *found["other"]):
+        assert result["error"], found
+    assert found["ok"] == {"error": False, "text": "     1\tfine"}, found
+
+
 _PNG = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
     b"\x00\x00\x00\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\xa5\xfb\xaa\x9d\x00\x00\x00\x00IEND\xaeB`\x82"

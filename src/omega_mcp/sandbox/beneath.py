@@ -4,8 +4,10 @@
 (`RESOLVE_BENEATH`), or through no symbolic link at all (`RESOLVE_NO_SYMLINKS`), never through a
 magic link (`/proc/*/fd/*`). Where openat2 is missing (old kernel, a seccomp filter) the same
 answers come from a walk that opens one component at a time with `O_NOFOLLOW`. Every fd returned is
-an `O_PATH | O_DIRECTORY` fd the caller closes; nothing here knows the write policy, and every
-function blocks (call it from a worker thread).
+an `O_PATH | O_DIRECTORY` fd the caller closes, but `open_in_root`'s (the caller's flags), which
+resolves a path as if the fd were `/` (`RESOLVE_IN_ROOT`: a session world's root, `worldopen.py`;
+openat2 only). Nothing here knows the write policy, and every function blocks (call it from a
+worker thread).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import stat
 from contextlib import suppress
 from pathlib import Path
 
-__all__ = ["have_openat2", "make_exact", "open_beneath", "open_exact", "real_fd_path", "walk"]
+__all__ = ["have_openat2", "make_exact", "open_beneath", "open_exact", "open_in_root", "real_fd_path", "walk"]
 
 _SYS_OPENAT2 = 437  # same number on every architecture (generic syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
+_RESOLVE_IN_ROOT = 0x10
 _AT_FDCWD = -100
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _EAGAIN_RETRIES = 8
@@ -38,9 +41,9 @@ _syscall.restype = ctypes.c_long
 _openat2_usable: bool | None = None  # probed once; tests flip it to exercise the fallback walk
 
 
-def _openat2(dir_fd: int, rel: str, resolve: int) -> int:
-    """openat2(dir_fd, rel, O_PATH|O_DIRECTORY, resolve); raises OSError like `os.open`."""
-    how = _OpenHow(_DIR_FLAGS, 0, resolve)
+def _openat2(dir_fd: int, rel: str | bytes, resolve: int, flags: int = _DIR_FLAGS) -> int:
+    """openat2(dir_fd, rel, flags (O_PATH|O_DIRECTORY), resolve); raises OSError like `os.open`."""
+    how = _OpenHow(flags, 0, resolve)
     encoded = os.fsencode(rel)
     for _ in range(_EAGAIN_RETRIES):  # EAGAIN: a concurrent rename raced a `..` lookup; retry is the documented fix
         fd = int(
@@ -56,8 +59,8 @@ def _openat2(dir_fd: int, rel: str, resolve: int) -> int:
             return fd
         err = ctypes.get_errno()
         if err != errno.EAGAIN:
-            raise OSError(err, os.strerror(err), rel)
-    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
+            raise OSError(err, os.strerror(err), os.fsdecode(rel))
+    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), os.fsdecode(rel))
 
 
 def have_openat2() -> bool:
@@ -70,6 +73,20 @@ def have_openat2() -> bool:
         except OSError as exc:  # ENOSYS: old kernel; EPERM: a seccomp filter (containers)
             _openat2_usable = exc.errno not in (errno.ENOSYS, errno.EPERM)
     return _openat2_usable
+
+
+def open_in_root(root_fd: int, path: bytes, flags: int, *, symlinks: bool) -> int:
+    """Open `path` as if `root_fd` were the root directory (`RESOLVE_IN_ROOT`: `..` and absolute links
+    stay below it), never through a magic link (`/proc/*/fd/*`, `/proc/*/root`), with `symlinks` through
+    no symbolic link at all (a trailing one opened itself with `O_PATH | O_NOFOLLOW`).
+
+    Raises:
+        OSError: as `os.open`; ENOSYS where this process has no openat2 (`have_openat2`).
+    """
+    if not have_openat2():
+        raise OSError(errno.ENOSYS, "openat2 is not available")
+    resolve = _RESOLVE_IN_ROOT | (_RESOLVE_NO_MAGICLINKS if symlinks else _RESOLVE_NO_SYMLINKS)
+    return _openat2(root_fd, path, resolve, flags)
 
 
 def real_fd_path(fd: int, fallback: Path) -> Path:

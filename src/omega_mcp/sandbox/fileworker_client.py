@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from omega_mcp.errors import SandboxUnavailableError, ToolError
-from omega_mcp.sandbox import mountplan, zygote_client
+from omega_mcp.sandbox import mountplan, worldopen, zygote_client
 from omega_mcp.sandbox.confined import ConfinedProcess
 from omega_mcp.sandbox.launch import bash_launch
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -83,7 +83,7 @@ def _worker_argv(policy: SandboxPolicy) -> tuple[str, ...]:
     return (interpreter(policy), "-I", "-S", "-c", _source())
 
 
-_FDS_SPACE = socket.CMSG_SPACE(array.array("i").itemsize)
+_FDS_SPACE = socket.CMSG_SPACE(2 * array.array("i").itemsize)  # the most an answer carries: `root`
 _MAX_ANSWER = 8192  # a link's target is at most 4096 bytes
 
 
@@ -116,6 +116,9 @@ class FileWorker:
     broken: bool = False
     generation: int = -1
     """The `ProtectedTree.generation` whose protected names it has bound read-only (-1: none)."""
+    _root: worldopen.WorldRoot | None = None
+    _root_asked: bool = False
+    _root_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def alive(self) -> bool:
         return not self.broken and not self.process.gone
@@ -167,16 +170,38 @@ class FileWorker:
         self.broken = True
         return WorkerGoneError("the file worker gave an answer omega does not understand")
 
+    def world_root(self) -> worldopen.WorldRoot | None:
+        """The world's `/`, asked of the worker once (`worldopen.py`), or None where omega cannot open
+        from it (no openat2, a worker that cannot say): then every open is the worker's."""
+        with self._root_lock:
+            if not self._root_asked and not self.broken and worldopen.usable():
+                self._root_asked = True
+                try:
+                    answer, fds = self._ask([b"root"])
+                except (OSError, WorkerGoneError):
+                    return None
+                if answer != [b"ok"] or len(fds) != 2:
+                    for got in fds:
+                        os.close(got)
+                    return None
+                self._root = worldopen.WorldRoot(*fds)
+            return self._root
+
     def open(self, path: Path) -> tuple[int, bool]:
         """Open `path` in the session's world: (an fd, whether it is open for reading). A regular file
         (or /dev/null) comes open read-only; anything else as an O_PATH fd, for its kind to be named.
-        Blocking, bounded by `ANSWER_SECONDS`: call it from a worker thread.
+        Opened by omega from the world's root where the kernel's answer is the worker's (`worldopen.py`),
+        else by the worker. Blocking, bounded by `ANSWER_SECONDS`: call it from a worker thread.
 
         Raises:
             OSError: the kernel refused inside the world (ENOENT, EACCES, ...).
             WorkerGoneError: the worker is gone or stuck.
         """
-        answer, fds = self._ask([b"open", os.fsencode(path)])
+        encoded = os.fsencode(path)
+        root = None if self.broken else self.world_root()
+        if root is not None and (fd := root.open_readable(encoded)) is not None:
+            return fd, True
+        answer, fds = self._ask([b"open", encoded])
         if answer[0] == b"ok" and len(answer) == 2 and len(fds) == 1:
             return fds[0], answer[1] == b"r"
         raise self._gibberish(fds)
@@ -189,7 +214,11 @@ class FileWorker:
             OSError: refused or missing inside the world (EXDEV: the directory is elsewhere now).
             WorkerGoneError: the worker is gone or stuck.
         """
-        answer, fds = self._ask([b"leaf", os.fsencode(path), os.fsencode(parent)])
+        encoded, where = os.fsencode(path), os.fsencode(parent)
+        root = None if self.broken else self.world_root()
+        if root is not None and (fd := root.open_leaf(encoded, where)) is not None:
+            return fd
+        answer, fds = self._ask([b"leaf", encoded, where])
         if answer[0] == b"ok" and len(fds) == 1:
             return fds[0]
         if answer[0] == b"link" and len(answer) == 2 and not fds:
@@ -244,6 +273,9 @@ class FileWorker:
         self.broken = True
         self.sock.close()  # end of file: the worker exits
         self.process.discard()
+        with self._root_lock:  # after an `_ask` for it under way (bounded), which the broken flag ends
+            if self._root is not None:
+                self._root.close()
 
 
 MAX_WORKERS = zygote_client.MAX_SESSIONS

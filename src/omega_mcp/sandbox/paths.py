@@ -27,6 +27,7 @@ import functools
 import math
 import os
 import stat
+import threading
 import time
 from collections.abc import Generator
 from contextlib import contextmanager, suppress
@@ -100,10 +101,64 @@ def _aliases(path: Path) -> tuple[Path, ...]:
     return tuple(dict.fromkeys((Path(os.path.normpath(path)), Path(os.path.realpath(path)))))
 
 
+@dataclass(frozen=True, slots=True)
+class _Guard:
+    """Every spelling (`_aliases`) of every place a check refuses below, by check, made once per policy
+    object (a session keeps its policy): comparing the target with each through pathlib cost more than
+    the rest of a small read or write. A target below none of them passes that check."""
+
+    read: frozenset[str]
+    """`_read_block_reason`'s places."""
+    hidden: frozenset[Path]
+    """`policy.hidden`, as a set."""
+    write: frozenset[str]
+    """`_write_block_reason`'s places, but the protected names (`protect.protected_reason`)."""
+    hidden_write: frozenset[str]
+    """`_hidden_write_reason`'s places."""
+
+
+_GUARDS: dict[int, tuple[SandboxPolicy, _Guard]] = {}
+_GUARDS_KEPT = 256
+_guards_lock = threading.Lock()
+
+
+def _spellings(places: list[Path]) -> frozenset[str]:
+    return frozenset(str(alias) for place in places for alias in _aliases(place))
+
+
+def _guard(policy: SandboxPolicy) -> _Guard:
+    known = _GUARDS.get(id(policy))
+    if known is not None and known[0] is policy:
+        return known[1]
+    reading = [policy.token_file, policy.state_dir]
+    if policy.mode != "rwx":
+        reading += [*policy.foreign, policy.clients_dir, *policy.hidden, *policy.own_hidden]
+    writing = [*policy.foreign, policy.clients_dir, *policy.protected_paths, policy.private_tmp_root]
+    guard = _Guard(
+        read=_spellings(reading),
+        hidden=frozenset(policy.hidden),
+        write=_spellings(writing) | {str(system) for system in SYSTEM_DIRS},
+        hidden_write=_spellings(list(policy.hidden)),
+    )
+    with _guards_lock:
+        while len(_GUARDS) >= _GUARDS_KEPT:
+            del _GUARDS[next(iter(_GUARDS))]  # the oldest
+        _GUARDS[id(policy)] = (policy, guard)
+    return guard
+
+
 def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     """Why `target` may never be written (any mode), or None. `target` is lexical or real."""
     if target == DEV_NULL:
         return None
+    if _below_any(target, _guard(policy).write):
+        listed = _listed_write_reason(policy, target)
+        if listed is not None:
+            return listed
+    return protected_reason(policy, target)
+
+
+def _listed_write_reason(policy: SandboxPolicy, target: Path) -> str | None:
     other = _other_client_reason(policy, target)
     if other is not None:
         return other
@@ -119,7 +174,7 @@ def _write_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     for system in SYSTEM_DIRS:
         if target.is_relative_to(system):
             return f"{system} is a system directory, never writable by the file tools (every mode)"
-    return protected_reason(policy, target)
+    return None
 
 
 def _other_client_reason(policy: SandboxPolicy, target: Path) -> str | None:
@@ -334,7 +389,7 @@ class WorldTarget:
 
 
 def _hidden_write_reason(policy: SandboxPolicy, target: Path) -> str | None:
-    if policy.mode == "rwx":
+    if policy.mode == "rwx" or not _below_any(target, _guard(policy).hidden_write):
         return None
     for hidden in policy.hidden:
         if any(target.is_relative_to(alias) for alias in _aliases(hidden)):
@@ -408,9 +463,24 @@ def check_world_write(policy: SandboxPolicy, path: Path, *, create: bool) -> Wor
     return WorldTarget(path=path, world_parent=_in_world(policy, parent), real_path=real)
 
 
+def _below_any(target: Path, prefixes: frozenset[str]) -> bool:
+    """Whether `target` (absolute, normalised) is one of `prefixes` or lies below one: what
+    `is_relative_to` says for each, by its components, with one set lookup a component."""
+    text = str(target)
+    while True:
+        if text in prefixes:
+            return True
+        cut = text.rfind("/")
+        if cut <= 0:
+            return "/" in prefixes
+        text = text[:cut]
+
+
 def _read_block_reason(policy: SandboxPolicy, target: Path) -> str | None:
     if target.is_relative_to("/proc") and target.name == "environ":
         return "/proc/*/environ holds process secrets (API keys, tokens); reading it is denied"
+    if not _below_any(target, _guard(policy).read):
+        return None  # below none of the places refused here: the checks below would all pass
     for alias in _aliases(policy.token_file):
         if target == alias:
             return "omega's token file is never readable by the tools"
@@ -459,7 +529,8 @@ def _hidden_identity(policy: SandboxPolicy, real: Path) -> Path | None:
     if policy.mode == "rwx":
         return None
     remember_hidden(policy)
-    wanted = {ident: path for path, ident in _HIDDEN_IDS.items() if path in policy.hidden}
+    hidden = _guard(policy).hidden
+    wanted = {ident: path for path, ident in _HIDDEN_IDS.items() if path in hidden}
     if not wanted:
         return None
     for place in (real, *real.parents):

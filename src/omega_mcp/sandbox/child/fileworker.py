@@ -1,4 +1,4 @@
-"""The file tools' worker: opens files for `read` inside a client session's sandbox world.
+"""The file tools' worker: opens and replaces files for read, write and edit inside a session's sandbox world.
 
 omega starts one per session through the bash zygote, exactly as it starts a bash command
 (`sandbox/fileworker_client.py`): the same namespaces, private /tmp and /proc, covers, binds and
@@ -17,9 +17,11 @@ it, keeps the old mode (minus set-id bits) and owner, and renames it over the ta
 (`dev:ino:size:mtime_ns:ctime_ns`, edit) only if the target still is that file, else `changed\0`.
 Answers: `ok\0NOTE\0` (created, updated, link), `link\0TARGET\0` (a link to a directory),
 `notreg\0MODE\0`. `leaf\0PATH\0PARENT\0` opens the target itself for edit, never following it
-(`link\0TARGET\0` when it is a link). Landlock, read-only binds and covers decide what it may
-write. End of file on the socket ends the worker. Stdlib only, started as `python -I -S` like its
-siblings.
+(`link\0TARGET\0` when it is a link). `root\0` answers `ok\0` with an O_PATH fd of this world's `/`
+and one of its mount namespace: omega opens files for reading from there itself where the answer is
+this process's (`sandbox/worldopen.py`), and asks here otherwise. Landlock, read-only binds and
+covers decide what it may write. End of file on the socket ends the worker. Stdlib only, started as
+`python -I -S` like its siblings.
 """
 
 from __future__ import annotations
@@ -39,12 +41,27 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 _COPY_BYTES = 1024 * 1024
 
 
-def _answer(sock: socket.socket, fields: list[str], fd: int = -1) -> None:
+def _answer(sock: socket.socket, fields: list[str], *fds: int) -> None:
     body = b"".join(field.encode() + b"\0" for field in fields)
-    if fd < 0:
+    if not fds:
         sock.sendmsg([body])
     else:
-        sock.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+        sock.sendmsg([body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def _root(sock: socket.socket) -> None:
+    """This world's `/` and its mount namespace: omega opens files for reading from there itself
+    (`sandbox/worldopen.py`), the namespace held so that its mounts stay as they are should this
+    process end."""
+    root = os.open("/", _DIR_FLAGS)
+    try:
+        ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _answer(sock, ["ok"], root, ns)
+        finally:
+            os.close(ns)
+    finally:
+        os.close(root)
 
 
 def _open(sock: socket.socket, path: bytes) -> None:
@@ -223,6 +240,8 @@ def _serve(sock: socket.socket, fields: list[bytes], fds: list[int]) -> None:
             _replace(sock, fields[1:], fds[0])
         elif len(fields) == 3 and fields[0] == b"leaf":
             _leaf(sock, fields[1:])
+        elif fields == [b"root"]:
+            _root(sock)
         else:
             _answer(sock, ["err", "22"])  # EINVAL: not a request of this worker
     except (BrokenPipeError, ConnectionError):
