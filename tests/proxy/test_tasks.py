@@ -431,22 +431,3 @@ async def test_tasks_through_the_http_hub_belong_to_the_session_that_made_them(t
             assert plain.content == [types.TextContent(type="text", text="report on reefs")]
     finally:
         hub_process.stop()
-
-
-async def test_a_share_session_servers_task_only_tool_runs_as_a_task_for_each_session(tmp_path: Path):
-    config = tmp_path / "omega.toml"
-    config.write_text(
-        f'[servers.t]\ncommand = {sys.executable!r}\nargs = [{str(TASK_SERVER)!r}]\nshare = "session"\n'
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n'
-    )
-    alice_token = "alice-token-0123456789abcdef"
-    hub_process = start_hub(tmp_path, "--config", str(config), env={"ALICE_TOKEN": alice_token})
-    try:
-        async with hub_client(hub_process.url, alice_token) as alice:
-            plain = await alice.call_tool("mcp__t__research", {"topic": "reefs"})
-            assert plain.content == [types.TextContent(type="text", text="report on reefs")]
-            with pytest.raises(MCPError) as refused:  # its tasks would live in the session's own process
-                await _task_call(alice, "mcp__t__research", {"topic": "x"})
-            assert refused.value.code == types.METHOD_NOT_FOUND and 'share = "session"' in refused.value.message
-    finally:
-        hub_process.stop()
