@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.calling import Profile
 from omega_mcp.errors import ToolError
 from omega_mcp.names import Route
 
@@ -236,13 +237,14 @@ class _Lookup(Protocol):
     @property
     def downstreams(self) -> _Tools | None: ...
 
-    def resolve(self, name: str) -> Route: ...
+    def resolve(self, name: str, profile: Profile | None = None) -> Route: ...
 
 
-def app_only_refusal(toolbox: _Lookup, name: str) -> str | None:
-    """Why `call_tool` refuses `name` (an app-only tool: the model may not run it), or None."""
+def app_only_refusal(toolbox: _Lookup, name: str, profile: Profile | None = None) -> str | None:
+    """Why `call_tool` refuses `name` (an app-only tool: the model may not run it), or None (also for a
+    tool `profile` may not call: the call itself answers as for an unknown one)."""
     try:
-        route = toolbox.resolve(name)
+        route = toolbox.resolve(name, profile)
     except ToolError:
         return None  # the call itself says what is wrong with the name
     downstreams = toolbox.downstreams

@@ -247,9 +247,7 @@ class TaskHandlers:
         if self._toolbox.namespace().resolve(name) is None and (starting := downstreams.starting(name)):
             await downstreams.wait_settled(starting)
         try:
-            route = self._toolbox.resolve(name)
-            if profile is not None and not profile.permits(route):
-                raise UnknownToolError(name)
+            route = self._toolbox.resolve(name, profile)  # what it may not call is unknown to it, down or not
             server_name = route.server_name
             if server_name is None:
                 raise MCPError(types.METHOD_NOT_FOUND, f"tool {name} does not support task-augmented execution")
