@@ -8,7 +8,6 @@ fixture and with the real `server-everything`."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import sys
@@ -35,17 +34,8 @@ from omega_mcp.server.profiles import ClientProfile
 from omega_mcp.server.server import OmegaServer, build_server
 from omega_mcp.toolbox import Toolbox
 from proxy_support import FIXTURES, client
+from task_support import RELATED, everything, raw, task_call, text
 from waits import deadline, until
-
-_spec = importlib.util.spec_from_file_location("test_tasks_module", Path(__file__).parent / "test_tasks.py")
-assert _spec is not None and _spec.loader is not None
-_tasks = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_tasks)
-_raw = _tasks._raw  # pyright: ignore[reportPrivateUsage]
-_task_call = _tasks._task_call  # pyright: ignore[reportPrivateUsage]
-_text = _tasks._text  # pyright: ignore[reportPrivateUsage]
-_everything = _tasks._everything  # pyright: ignore[reportPrivateUsage]
-RELATED = "io.modelcontextprotocol/related-task"
 
 TASK_SERVER = FIXTURES / "task_server.py"
 
@@ -101,25 +91,25 @@ async def test_each_sessions_tasks_run_on_its_own_connection_and_are_its_own(rwx
     async with _session_hub(rwx_policy) as (downstreams, omega):
         statuses = _Statuses()
         async with client(omega, extensions=[statuses]) as alice, client(omega) as bob:
-            held = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
-            done = (await _task_call(bob, "mcp__t__research", {"topic": "tides"}))["taskId"]
+            held = (await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            done = (await task_call(bob, "mcp__t__research", {"topic": "tides"}))["taskId"]
             running = downstreams.pool.running("t")
             assert len(running) == 2  # one process each: alice's and bob's
             assert sorted([await _own_tasks(s) for _, s in running]) == [["completed"], ["working"]]
             listing = downstreams.connected("t")
             assert listing is not None and await _own_tasks(listing[0]) == []  # nothing on the shared one
 
-            assert [t["taskId"] for t in (await _raw(alice, "tasks/list", {}))["tasks"]] == [held]
-            assert [t["taskId"] for t in (await _raw(bob, "tasks/list", {}))["tasks"]] == [done]
+            assert [t["taskId"] for t in (await raw(alice, "tasks/list", {}))["tasks"]] == [held]
+            assert [t["taskId"] for t in (await raw(bob, "tasks/list", {}))["tasks"]] == [done]
             for method in ("tasks/get", "tasks/cancel", "tasks/result"):
                 with pytest.raises(MCPError) as refused:
-                    await _raw(bob, method, {"taskId": held})
+                    await raw(bob, method, {"taskId": held})
                 assert refused.value.code == types.INVALID_PARAMS and refused.value.message == "Task not found"
-            result = await _raw(bob, "tasks/result", {"taskId": done})
-            assert _text(result) == "report on tides" and result["_meta"][RELATED] == {"taskId": done}
+            result = await raw(bob, "tasks/result", {"taskId": done})
+            assert text(result) == "report on tides" and result["_meta"][RELATED] == {"taskId": done}
 
-            assert (await _raw(alice, "tasks/get", {"taskId": held}))["status"] == "working"
-            cancelled = await _raw(alice, "tasks/cancel", {"taskId": held})
+            assert (await raw(alice, "tasks/get", {"taskId": held}))["status"] == "working"
+            cancelled = await raw(alice, "tasks/cancel", {"taskId": held})
             assert cancelled["taskId"] == held and cancelled["status"] == "cancelled"
             with deadline(10):
                 await statuses.changed.wait()
@@ -133,7 +123,7 @@ async def test_a_task_whose_session_connection_went_idle_ends_failed_saying_why(
     async with _session_hub(rwx_policy, idle_seconds=0.5) as (downstreams, omega):
         statuses = _Statuses()
         async with client(omega, extensions=[statuses]) as alice:
-            task = await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True})
+            task = await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True})
             task_id = task["taskId"]
             await until(lambda: not downstreams.pool.running("t"), "the idle connection to stop")
             with deadline(10):  # told first: a tasks/get before would have shown it the end already
@@ -141,34 +131,34 @@ async def test_a_task_whose_session_connection_went_idle_ends_failed_saying_why(
             assert [(s.task_id, s.status) for s in statuses.seen] == [(task_id, "failed")]
             assert statuses.seen[0].status_message is not None and "no call" in statuses.seen[0].status_message
 
-            got = await _raw(alice, "tasks/get", {"taskId": task_id})
+            got = await raw(alice, "tasks/get", {"taskId": task_id})
             assert got["taskId"] == task_id and got["status"] == "failed"
             assert "server t stopped" in got["statusMessage"] and "no call for 0.5 s" in got["statusMessage"]
             assert got["createdAt"] == task["createdAt"] and got["ttl"] == task["ttl"]
-            assert [(t["taskId"], t["status"]) for t in (await _raw(alice, "tasks/list", {}))["tasks"]] == [
+            assert [(t["taskId"], t["status"]) for t in (await raw(alice, "tasks/list", {}))["tasks"]] == [
                 (task_id, "failed")
             ]
-            result = await _raw(alice, "tasks/result", {"taskId": task_id})
-            assert result["isError"] is True and "no call for 0.5 s" in _text(result)
+            result = await raw(alice, "tasks/result", {"taskId": task_id})
+            assert result["isError"] is True and "no call for 0.5 s" in text(result)
             assert result["_meta"][RELATED] == {"taskId": task_id}
             with pytest.raises(MCPError) as refused:
-                await _raw(alice, "tasks/cancel", {"taskId": task_id})
+                await raw(alice, "tasks/cancel", {"taskId": task_id})
             assert refused.value.code == types.INVALID_PARAMS and "already ended" in refused.value.message
             assert len(statuses.seen) == 1
 
-            again = await _task_call(alice, "mcp__t__research", {"topic": "tides"})  # a new connection, a new task
-            assert _text(await _raw(alice, "tasks/result", {"taskId": again["taskId"]})) == "report on tides"
+            again = await task_call(alice, "mcp__t__research", {"topic": "tides"})  # a new connection, a new task
+            assert text(await raw(alice, "tasks/result", {"taskId": again["taskId"]})) == "report on tides"
 
 
 async def test_a_waiting_task_result_ends_when_the_session_connection_stops_or_dies(rwx_policy: SandboxPolicy):
     async with _session_hub(rwx_policy) as (downstreams, omega):
         async with client(omega) as alice:
             for how in ("session ended", "server killed"):
-                task_id = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+                task_id = (await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
                 answers: list[dict[str, Any]] = []
 
                 async def wait_result(task_id: str = task_id, answers: list[dict[str, Any]] = answers) -> None:
-                    answers.append(await _raw(alice, "tasks/result", {"taskId": task_id}))
+                    answers.append(await raw(alice, "tasks/result", {"taskId": task_id}))
 
                 with deadline(30):
                     async with anyio.create_task_group() as waiting:
@@ -185,8 +175,8 @@ async def test_a_waiting_task_result_ends_when_the_session_connection_stops_or_d
                 [result] = answers
                 assert result["isError"] is True, (how, result)
                 expected = "its client session ended" if how == "session ended" else "server t stopped"
-                assert expected in _text(result), (how, result)
-                got = await _raw(alice, "tasks/get", {"taskId": task_id})
+                assert expected in text(result), (how, result)
+                got = await raw(alice, "tasks/get", {"taskId": task_id})
                 assert got["status"] == "failed", (how, got)
                 await until(lambda: not downstreams.pool.running("t"), "the connection to be gone")
 
@@ -201,15 +191,15 @@ async def test_tasks_of_a_share_session_server_through_the_http_hub_belong_to_ea
     hub_process = start_hub(tmp_path, "--config", str(config), env={"ALICE_TOKEN": alice_token})
     try:
         async with hub_client(hub_process.url, alice_token) as one, hub_client(hub_process.url, alice_token) as two:
-            held = (await _task_call(one, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
-            done = (await _task_call(two, "mcp__t__research", {"topic": "tides"}))["taskId"]
-            assert [t["taskId"] for t in (await _raw(one, "tasks/list", {}))["tasks"]] == [held]
-            assert [t["taskId"] for t in (await _raw(two, "tasks/list", {}))["tasks"]] == [done]
+            held = (await task_call(one, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            done = (await task_call(two, "mcp__t__research", {"topic": "tides"}))["taskId"]
+            assert [t["taskId"] for t in (await raw(one, "tasks/list", {}))["tasks"]] == [held]
+            assert [t["taskId"] for t in (await raw(two, "tasks/list", {}))["tasks"]] == [done]
             with pytest.raises(MCPError) as refused:
-                await _raw(two, "tasks/cancel", {"taskId": held})
+                await raw(two, "tasks/cancel", {"taskId": held})
             assert refused.value.message == "Task not found"
-            assert _text(await _raw(two, "tasks/result", {"taskId": done})) == "report on tides"
-            assert (await _raw(one, "tasks/cancel", {"taskId": held}))["status"] == "cancelled"
+            assert text(await raw(two, "tasks/result", {"taskId": done})) == "report on tides"
+            assert (await raw(one, "tasks/cancel", {"taskId": held}))["status"] == "cancelled"
             plain = await one.call_tool("mcp__t__research", {"topic": "reefs"})  # a plain call: run as a task
             assert plain.content == [types.TextContent(type="text", text="report on reefs")]
     finally:
@@ -218,7 +208,7 @@ async def test_tasks_of_a_share_session_server_through_the_http_hub_belong_to_ea
 
 @pytest.mark.e2e
 async def test_server_everythings_research_query_as_a_share_session_server_runs_per_session(tmp_path: Path):
-    entry = _everything()
+    entry = everything()
     config = tmp_path / "omega.toml"
     config.write_text(
         f'[servers.everything]\ncommand = "node"\nargs = [{str(entry)!r}, "stdio"]\nshare = "session"\n'
@@ -231,20 +221,20 @@ async def test_server_everythings_research_query_as_a_share_session_server_runs_
         async with hub_client(hub_process.url, alice_token) as one, hub_client(hub_process.url, alice_token) as two:
             ids: dict[str, str] = {}
             for c, topic in ((one, "tides"), (two, "reefs")):
-                ids[topic] = (await _task_call(c, name, {"topic": topic}))["taskId"]
+                ids[topic] = (await task_call(c, name, {"topic": topic}))["taskId"]
             for c, topic in ((one, "tides"), (two, "reefs")):
                 task_id = ids[topic]
 
                 async def done(c: mcp.Client = c, task_id: str = task_id) -> bool:
-                    got = await _raw(c, "tasks/get", {"taskId": task_id})
+                    got = await raw(c, "tasks/get", {"taskId": task_id})
                     assert got["taskId"] == task_id and got["status"] in ("working", "completed"), got
                     return got["status"] == "completed"
 
                 await until(done, "the research task to complete", 60, interval=0.2)
-                assert f"# Research Report: {topic}" in _text(await _raw(c, "tasks/result", {"taskId": task_id}))
-                assert [t["taskId"] for t in (await _raw(c, "tasks/list", {}))["tasks"]] == [task_id]
+                assert f"# Research Report: {topic}" in text(await raw(c, "tasks/result", {"taskId": task_id}))
+                assert [t["taskId"] for t in (await raw(c, "tasks/list", {}))["tasks"]] == [task_id]
             with pytest.raises(MCPError) as refused:
-                await _raw(two, "tasks/get", {"taskId": ids["tides"]})
+                await raw(two, "tasks/get", {"taskId": ids["tides"]})
             assert refused.value.message == "Task not found"
     finally:
         hub_process.stop()
