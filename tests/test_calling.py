@@ -3,7 +3,7 @@ a downstream call learns whose client its server's requests go to."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from omega_mcp.calling import PROCESS, CallContext, InputRequest
+from omega_mcp.names import Route
 from omega_mcp.proxy.supervisor import Downstreams
 from omega_mcp.results import Wire
 from omega_mcp.sandbox.policy import SandboxPolicy
@@ -35,7 +36,7 @@ class _Recording:
     def get_tool(self, server_name: str, tool_name: str) -> types.Tool | None:
         return echo_tool() if (server_name, tool_name) == ("d", "echo") else None
 
-    def unavailable(self, name: str) -> str | None:
+    def unavailable(self, name: str, permits: Callable[[Route], bool] | None = None) -> str | None:
         return None
 
     async def wait_ready(self) -> None:

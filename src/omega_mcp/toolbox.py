@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -77,8 +77,9 @@ class DownstreamTools(Protocol):
         """One exported tool by its route, or None."""
         ...
 
-    def unavailable(self, name: str) -> str | None:
-        """Why a name of a server that is down (or disabled) cannot be called, or None."""
+    def unavailable(self, name: str, permits: Callable[[Route], bool] | None = None) -> str | None:
+        """Why a name of a server that is down (or disabled) cannot be called, or None; with `permits`, None
+        too for a name whose route it does not permit (to a caller that may not use it, no such server is down)."""
         ...
 
     @property
@@ -231,30 +232,38 @@ class Toolbox(AsyncContextManagerMixin):
         tool = self.downstreams.get_tool(route.server_name, route.tool_name) if self.downstreams is not None else None
         return tool.input_schema if tool is not None else None
 
-    def resolve(self, name: str) -> Route:
-        """The route of a tool name or alias.
+    def resolve(self, name: str, profile: Profile | None = None) -> Route:
+        """The route of a tool name or alias, as `profile` (a hub client's) may know it: a tool it may not
+        call is unknown to it, and so is one of a server that is down when it may not call that name (a
+        down-reason would tell it the server exists); its hints name only tools it may call.
 
         Raises:
-            UnknownToolError: no such tool; carries the closest names.
+            UnknownToolError: no such tool (for `profile`); carries the closest names.
             DownstreamError: the name belongs to a downstream server that is down or disabled.
         """
         namespace = self.namespace()
         route = namespace.resolve(name)
         if route is None:
-            reason = self.downstreams.unavailable(name) if self.downstreams is not None else None
+            downstreams = self.downstreams
+            permits = profile.permits if profile is not None else None
+            reason = downstreams.unavailable(name, permits) if downstreams is not None else None
             if reason is not None:
                 raise DownstreamError(reason)
+            if profile is not None:
+                raise self._unknown_to(profile, name)
             raise UnknownToolError(name, namespace.suggest(name))
+        if profile is not None and not profile.permits(route):
+            raise self._unknown_to(profile, name)
         return route
 
-    async def _resolve(self, name: str) -> Route:
+    async def _resolve(self, name: str, profile: Profile | None = None) -> Route:
         downstreams = self.downstreams
         if downstreams is not None and self.namespace().resolve(name) is None:
             # The name may belong to a server still in its first attempt: wait for that one only.
             starting = downstreams.starting(name)
             if starting:
                 await downstreams.wait_settled(starting)
-        return self.resolve(name)
+        return self.resolve(name, profile)
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -281,14 +290,7 @@ class Toolbox(AsyncContextManagerMixin):
         args = dict(arguments or {})
         profile = context.profile
         try:
-            try:
-                route = await self._resolve(name)
-            except UnknownToolError:
-                if profile is None:
-                    raise
-                raise self._unknown_to(profile, name) from None  # its hints name only tools it may call
-            if profile is not None and not profile.permits(route):
-                raise self._unknown_to(profile, name)
+            route = await self._resolve(name, profile)  # what it may not call is unknown to it
             if route.server_name is None:
                 workplace = self._workplaces.of(profile.policy if profile is not None else None)
                 return to_wire(await self._call_builtin(route.tool_name, args, context, workplace))

@@ -46,8 +46,12 @@ def _in_process(name: str) -> DownstreamSpec:
     return downstream_spec(name, app_server(name)._lowlevel_server)  # pyright: ignore[reportPrivateUsage]
 
 
-async def _each_tool_opens_its_own_ui(omega: Any, mode: str, names: list[str], *, templates: bool = True) -> None:
+async def _each_tool_opens_its_own_ui(
+    omega: Any, mode: str, names: list[str], *, templates: bool = True, prompts: bool = True
+) -> None:
     async with client(omega, mode) as c:
+        if prompts:
+            await _each_prompt_names_its_own_ui(c, names)
         tools = {t.name: t for t in (await c.list_tools()).tools}
         uris = set[str]()
         for name in names:
@@ -76,6 +80,37 @@ async def _each_tool_opens_its_own_ui(omega: Any, mode: str, names: list[str], *
             assert _html(page) == f"<html><body>page two of {name}</body></html>"
 
 
+async def _each_prompt_names_its_own_ui(c: Any, names: list[str]) -> None:
+    """Each server's `open_widget` prompt names its own UI (the URI its tools list) in its resource link, the
+    link's `_meta` and its embedded resource; a `file://` link and the text stay the server's own."""
+    tools = {t.name: t for t in (await c.list_tools()).tools}
+    for name in names:
+        show = tools[f"mcp__{name}__show"]
+        assert show.meta is not None
+        uri = show.meta["ui"]["resourceUri"]
+        prompt = await c.get_prompt(f"{name}__open_widget")
+        link, embedded, other, text = (m.content for m in prompt.messages)
+        assert isinstance(link, types.ResourceLink) and link.uri == uri
+        assert link.meta == {"ui": {"resourceUri": uri}}
+        assert isinstance(embedded, types.EmbeddedResource) and embedded.resource.uri == uri
+        assert isinstance(other, types.ResourceLink) and other.uri == "file:///notes.txt"
+        assert isinstance(text, types.TextContent) and text.text == f"see {UI}"  # the server's words
+        assert _html(await c.read_resource(link.uri)) == f"<html><body>widget of {name}</body></html>"
+
+
+async def _structured_content_stays_the_servers(c: Any, names: list[str]) -> None:
+    """`structuredContent` is the server's data as it sent it: its `outputSchema` (which pins the field to
+    the server's own form) still holds, the client's check passes, and only `_meta` names the per-server UI."""
+    tools = {t.name: t for t in (await c.list_tools()).tools}
+    for name in names:
+        status = tools[f"mcp__{name}__status"]
+        assert status.output_schema is not None and status.meta is not None
+        result = await c.call_tool(f"mcp__{name}__status", {})
+        assert not result.is_error, result
+        assert result.structured_content == {"view": UI, "ready": True}
+        assert status.meta["ui"]["resourceUri"] == f"ui://{name}/widget/index.html"
+
+
 async def _each_result_names_its_own_ui(c: Any, names: list[str]) -> None:
     """Each server's `open` result names its own UI: the URI its tools list, which reads its own HTML."""
     tools = {t.name: t for t in (await c.list_tools()).tools}
@@ -93,6 +128,8 @@ async def _each_result_names_its_own_ui(c: Any, names: list[str]) -> None:
         assert result.meta is not None
         assert (result.meta["ui"]["resourceUri"], result.meta["ui/resourceUri"]) == (uri, uri)
         assert _html(await c.read_resource(link.uri)) == f"<html><body>widget of {name}</body></html>"
+    await _each_prompt_names_its_own_ui(c, names)
+    await _structured_content_stays_the_servers(c, names)
 
 
 @MODES
@@ -241,4 +278,22 @@ async def test_servers_built_with_the_ext_apps_sdk_each_open_their_own_ui(
         statuses = {s.server_name: s.reason for s in downstreams.statuses()}
         assert all(downstreams.connected(n) is not None for n in names), statuses
         for mode in ("legacy", "auto"):
-            await _each_tool_opens_its_own_ui(omega, mode, names, templates=False)
+            await _each_tool_opens_its_own_ui(omega, mode, names, templates=False, prompts=False)
+
+
+def test_a_prompt_naming_no_ui_uri_is_handed_on_as_the_same_object():
+    from omega_mcp.proxy import apps
+
+    plain = {
+        "messages": [
+            {"role": "user", "content": {"type": "text", "text": UI}},
+            {"role": "user", "content": {"type": "resource_link", "name": "f", "uri": "file:///f"}},
+        ],
+        "_meta": {"vendor": 1},
+    }
+    assert apps.prompt_for_client("s", plain) is plain
+    named = {**plain, "_meta": {"ui": {"resourceUri": UI}}}
+    rewritten = apps.prompt_for_client("s", named)
+    assert rewritten["_meta"] == {"ui": {"resourceUri": "ui://s/widget/index.html"}}
+    assert rewritten["messages"] is plain["messages"]
+    assert named["_meta"] == {"ui": {"resourceUri": UI}}  # the server's answer itself is left as it came

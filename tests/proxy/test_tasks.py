@@ -7,18 +7,14 @@ in-process, over stdio and streamable HTTP, and the real `@modelcontextprotocol/
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import json
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp
 import pytest
 from mcp import types
 from mcp.client.stdio import StdioServerParameters
@@ -34,6 +30,7 @@ from omega_mcp.server.tool_search import SessionTools
 from omega_mcp.toolbox import Toolbox
 from proxy_support import FIXTURES, client, downstream_spec, http_fixture, hub
 from relay_support import pipe_client
+from task_support import RELATED, everything, raw, task_call, text
 from waits import deadline, until
 
 TASK_SERVER = FIXTURES / "task_server.py"
@@ -42,31 +39,10 @@ assert _spec is not None and _spec.loader is not None
 _fixture = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixture)
 task_server = _fixture.task_server
-RELATED = "io.modelcontextprotocol/related-task"
-
-EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
-"""The npm release whose server (serverInfo 2.0.0) has the task-only `simulate-research-query`."""
-
-
-async def _raw(c: mcp.Client, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A request as it is on the wire: the SDK client types no task methods (and checks a task-augmented
-    `tools/call`'s answer as a `CallToolResult`)."""
-    return await c.session._dispatcher.send_raw_request(method, params, {})  # pyright: ignore[reportPrivateUsage]
-
-
-async def _task_call(c: mcp.Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    created = await _raw(c, "tools/call", {"name": name, "arguments": arguments, "task": {"ttl": 60000}})
-    task = created["task"]
-    assert set(task) >= {"taskId", "status", "createdAt", "lastUpdatedAt", "ttl"}
-    return task
 
 
 def _in_process(name: str = "t") -> DownstreamSpec:
     return downstream_spec(name, task_server()._lowlevel_server, era="handshake")  # pyright: ignore[reportPrivateUsage]
-
-
-def _text(result: dict[str, Any]) -> str:
-    return result["content"][0]["text"]
 
 
 async def _downstream_tasks(downstreams: Downstreams, server_name: str) -> list[dict[str, Any]]:
@@ -102,7 +78,7 @@ async def test_tasks_are_declared_to_a_tasks_era_client_only(rwx_policy: Sandbox
             assert modern.protocol_version == "2026-07-28"
             assert modern.server_capabilities.tasks is None
             with pytest.raises(MCPError) as refused:
-                await _raw(modern, "tasks/list", {})
+                await raw(modern, "tasks/list", {})
             assert refused.value.code == types.METHOD_NOT_FOUND
 
 
@@ -129,18 +105,18 @@ def test_serve_declares_tasks_only_to_a_client_of_the_version_that_defines_them(
 
 async def _a_task_passes_through(omega: OmegaServer, server_name: str) -> None:
     async with client(omega) as c:
-        task = await _task_call(c, f"mcp__{server_name}__research", {"topic": "tides"})
+        task = await task_call(c, f"mcp__{server_name}__research", {"topic": "tides"})
         task_id = task["taskId"]
         assert task_id != "t-1"  # omega's own id, not the server's
-        got = await _raw(c, "tasks/get", {"taskId": task_id})
+        got = await raw(c, "tasks/get", {"taskId": task_id})
         assert got["taskId"] == task_id and got["status"] == "completed"
-        result = await _raw(c, "tasks/result", {"taskId": task_id})
-        assert _text(result) == "report on tides" and result["isError"] is False
+        result = await raw(c, "tasks/result", {"taskId": task_id})
+        assert text(result) == "report on tides" and result["isError"] is False
         assert result["_meta"][RELATED] == {"taskId": task_id}
-        listed = await _raw(c, "tasks/list", {})
+        listed = await raw(c, "tasks/list", {})
         assert [t["taskId"] for t in listed["tasks"]] == [task_id]
-        optional = await _task_call(c, f"mcp__{server_name}__quick", {"topic": "reefs"})
-        assert _text(await _raw(c, "tasks/result", {"taskId": optional["taskId"]})) == "report on reefs"
+        optional = await task_call(c, f"mcp__{server_name}__quick", {"topic": "reefs"})
+        assert text(await raw(c, "tasks/result", {"taskId": optional["taskId"]})) == "report on reefs"
 
 
 async def test_a_task_augmented_call_gets_a_task_through_omega(rwx_policy: SandboxPolicy):
@@ -153,13 +129,13 @@ async def test_a_working_task_is_cancelled_through_omega(rwx_policy: SandboxPoli
     async with hub(rwx_policy, _in_process()) as (downstreams, _, omega):
         await downstreams.wait_ready()
         async with client(omega) as c:
-            task = await _task_call(c, "mcp__t__research", {"topic": "storms", "hold": True})
+            task = await task_call(c, "mcp__t__research", {"topic": "storms", "hold": True})
             assert task["status"] == "working"
-            assert (await _raw(c, "tasks/get", {"taskId": task["taskId"]}))["status"] == "working"
-            cancelled = await _raw(c, "tasks/cancel", {"taskId": task["taskId"]})
+            assert (await raw(c, "tasks/get", {"taskId": task["taskId"]}))["status"] == "working"
+            cancelled = await raw(c, "tasks/cancel", {"taskId": task["taskId"]})
             assert cancelled["taskId"] == task["taskId"] and cancelled["status"] == "cancelled"
             with pytest.raises(MCPError) as again:  # the server's own error for a finished task, as it is
-                await _raw(c, "tasks/cancel", {"taskId": task["taskId"]})
+                await raw(c, "tasks/cancel", {"taskId": task["taskId"]})
             assert again.value.code == types.INVALID_PARAMS and "already cancelled" in again.value.message
         assert [t["status"] for t in await _downstream_tasks(downstreams, "t")] == ["cancelled"]
 
@@ -168,16 +144,16 @@ async def test_one_client_can_neither_see_nor_cancel_another_clients_task(rwx_po
     async with hub(rwx_policy, _in_process()) as (downstreams, _, omega):
         await downstreams.wait_ready()
         async with client(omega) as alice, client(omega) as bob:
-            task_id = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
-            assert (await _raw(bob, "tasks/list", {}))["tasks"] == []
+            task_id = (await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            assert (await raw(bob, "tasks/list", {}))["tasks"] == []
             for method in ("tasks/get", "tasks/cancel", "tasks/result"):
                 with pytest.raises(MCPError) as refused:
-                    await _raw(bob, method, {"taskId": task_id})
+                    await raw(bob, method, {"taskId": task_id})
                 assert refused.value.code == types.INVALID_PARAMS and refused.value.message == "Task not found"
             with pytest.raises(MCPError):  # the server's own id means nothing through omega either
-                await _raw(alice, "tasks/get", {"taskId": "t-1"})
-            assert (await _raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
-            assert [t["taskId"] for t in (await _raw(alice, "tasks/list", {}))["tasks"]] == [task_id]
+                await raw(alice, "tasks/get", {"taskId": "t-1"})
+            assert (await raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
+            assert [t["taskId"] for t in (await raw(alice, "tasks/list", {}))["tasks"]] == [task_id]
 
 
 async def test_status_notifications_reach_the_client_that_owns_the_task(rwx_policy: SandboxPolicy):
@@ -205,8 +181,8 @@ async def test_status_notifications_reach_the_client_that_owns_the_task(rwx_poli
     async with hub(rwx_policy, _in_process()) as (downstreams, _, omega):
         await downstreams.wait_ready()
         async with client(omega, extensions=[Statuses()]) as alice, client(omega) as bob:
-            task_id = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
-            await _raw(alice, "tasks/cancel", {"taskId": task_id})
+            task_id = (await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            await raw(alice, "tasks/cancel", {"taskId": task_id})
             with deadline(10):
                 await changed.wait()
             assert [(s.task_id, s.status) for s in seen] == [(task_id, "cancelled")]
@@ -219,16 +195,16 @@ async def test_a_task_call_of_a_tool_that_runs_no_tasks_is_method_not_found(rwx_
         async with client(omega) as c:
             for name in ("mcp__t__plain", "read"):
                 with pytest.raises(MCPError) as refused:
-                    await _task_call(c, name, {"topic": "x"} if name != "read" else {"path": "a"})
+                    await task_call(c, name, {"topic": "x"} if name != "read" else {"path": "a"})
                 assert refused.value.code == types.METHOD_NOT_FOUND
                 assert "does not support task-augmented execution" in refused.value.message
             with pytest.raises(MCPError) as unknown:
-                await _task_call(c, "mcp__t__nothing", {})
+                await task_call(c, "mcp__t__nothing", {})
             assert unknown.value.code == types.INVALID_PARAMS and "Unknown tool" in unknown.value.message
             with pytest.raises(MCPError) as invalid:
-                await _task_call(c, "mcp__t__research", {"topic": 3})
+                await task_call(c, "mcp__t__research", {"topic": 3})
             assert invalid.value.code == types.INVALID_PARAMS and "topic" in invalid.value.message
-            assert (await _raw(c, "tasks/list", {}))["tasks"] == []
+            assert (await raw(c, "tasks/list", {}))["tasks"] == []
 
 
 # -- a client that sends no task --------------------------------------------------------------
@@ -315,33 +291,9 @@ async def test_tasks_pass_through_stdio_and_http_downstreams(rwx_policy: Sandbox
 # -- the real server-everything ---------------------------------------------------------------
 
 
-def _everything() -> Path:
-    """server-everything's entry point, installed with npm on first use; skips when npm cannot reach it."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("server-everything needs npm and node (not installed)")
-    prefix = Path.home() / ".cache" / "omega-mcp" / "server-everything" / EVERYTHING.rsplit("@", 1)[1]
-    entry = prefix / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
-    prefix.mkdir(parents=True, exist_ok=True)
-    with (prefix.parent / f"{prefix.name}.lock").open("w") as lock:  # xdist workers: one installs
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not entry.exists():
-            done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix), EVERYTHING],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            if done.returncode != 0:
-                if re.search(r"ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|network", done.stderr):
-                    pytest.skip(f"the npm registry is unreachable, cannot install {EVERYTHING}")
-                raise RuntimeError(f"npm install {EVERYTHING} failed:\n{done.stderr[-2000:]}")
-    return entry
-
-
 @pytest.mark.e2e
 async def test_server_everythings_task_only_research_query_runs_through_omega(rwx_policy: SandboxPolicy):
-    entry = _everything()
+    entry = everything()
     spec = DownstreamSpec("everything", StdioServerParameters(command="node", args=[str(entry), "stdio"]))
     name = "mcp__everything__simulate-research-query"
     async with hub(rwx_policy, spec, backoff_seconds=60) as (downstreams, _, omega):
@@ -350,17 +302,17 @@ async def test_server_everythings_task_only_research_query_runs_through_omega(rw
             tools = {t.name: t for t in (await c.list_tools()).tools}
             execution = tools[name].execution
             assert execution is not None and execution.task_support == "required"
-            task_id = (await _task_call(c, name, {"topic": "tides"}))["taskId"]
+            task_id = (await task_call(c, name, {"topic": "tides"}))["taskId"]
 
             async def done() -> bool:
-                got = await _raw(c, "tasks/get", {"taskId": task_id})
+                got = await raw(c, "tasks/get", {"taskId": task_id})
                 assert got["taskId"] == task_id and got["status"] in ("working", "completed")
                 return got["status"] == "completed"
 
             await until(done, "the research task to complete", 60, interval=0.2)
-            result = await _raw(c, "tasks/result", {"taskId": task_id})
-            assert "# Research Report: tides" in _text(result)
-            assert [t["taskId"] for t in (await _raw(c, "tasks/list", {}))["tasks"]] == [task_id]
+            result = await raw(c, "tasks/result", {"taskId": task_id})
+            assert "# Research Report: tides" in text(result)
+            assert [t["taskId"] for t in (await raw(c, "tasks/list", {}))["tasks"]] == [task_id]
             plain = await c.call_tool(name, {"topic": "reefs"})  # no task: omega runs it as one
             assert not plain.is_error
             block = plain.content[0]
@@ -373,9 +325,9 @@ async def test_tasks_pass_through_omegas_stdio_relay(rwx_policy: SandboxPolicy, 
     async with hub(rwx_policy, DownstreamSpec("local", stdio, era=era), backoff_seconds=60) as (downstreams, _, omega):
         await downstreams.wait_ready()
         async with pipe_client(omega, relay=True) as c:  # the relay takes stdio-to-stdio calls it can
-            task = await _task_call(c, "mcp__local__research", {"topic": "tides"})
+            task = await task_call(c, "mcp__local__research", {"topic": "tides"})
             assert task["taskId"] != "t-1"
-            assert _text(await _raw(c, "tasks/result", {"taskId": task["taskId"]})) == "report on tides"
+            assert text(await raw(c, "tasks/result", {"taskId": task["taskId"]})) == "report on tides"
             plain = await c.call_tool("mcp__local__research", {"topic": "reefs"})
             assert plain.content == [types.TextContent(type="text", text="report on reefs")]
             assert (await c.call_tool("mcp__local__plain", {"topic": "x"})).content == [
@@ -385,7 +337,7 @@ async def test_tasks_pass_through_omegas_stdio_relay(rwx_policy: SandboxPolicy, 
 
 @pytest.mark.e2e
 async def test_server_everythings_research_query_asks_its_client_through_omega(rwx_policy: SandboxPolicy):
-    entry = _everything()
+    entry = everything()
     spec = DownstreamSpec("everything", StdioServerParameters(command="node", args=[str(entry), "stdio"]))
     asked: list[types.ElicitRequestParams] = []
 
@@ -397,16 +349,16 @@ async def test_server_everythings_research_query_asks_its_client_through_omega(r
         await downstreams.wait_ready()
         async with client(omega, elicitation_callback=elicit) as c:
             name = "mcp__everything__simulate-research-query"
-            task_id = (await _task_call(c, name, {"topic": "tides", "ambiguous": True}))["taskId"]
+            task_id = (await task_call(c, name, {"topic": "tides", "ambiguous": True}))["taskId"]
 
             async def waiting() -> bool:
-                return (await _raw(c, "tasks/get", {"taskId": task_id}))["status"] in ("input_required", "completed")
+                return (await raw(c, "tasks/get", {"taskId": task_id}))["status"] in ("input_required", "completed")
 
             await until(waiting, "the research task to ask for input", 60, interval=0.2)
-            result = await _raw(c, "tasks/result", {"taskId": task_id})  # the question rides this request
+            result = await raw(c, "tasks/result", {"taskId": task_id})  # the question rides this request
             assert len(asked) == 1 and "tides" in asked[0].message
             assert asked[0].meta is not None and asked[0].meta[RELATED] == {"taskId": task_id}  # omega's id
-            assert "historical" in _text(result)
+            assert "historical" in text(result)
 
 
 async def test_tasks_through_the_http_hub_belong_to_the_session_that_made_them(tmp_path: Path):
@@ -418,35 +370,16 @@ async def test_tasks_through_the_http_hub_belong_to_the_session_that_made_them(t
             hub_client(hub_process.url, hub_process.token) as alice,
             hub_client(hub_process.url, hub_process.token) as bob,
         ):
-            task_id = (await _task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
-            assert (await _raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
-            assert (await _raw(bob, "tasks/list", {}))["tasks"] == []
+            task_id = (await task_call(alice, "mcp__t__research", {"topic": "x", "hold": True}))["taskId"]
+            assert (await raw(alice, "tasks/get", {"taskId": task_id}))["status"] == "working"
+            assert (await raw(bob, "tasks/list", {}))["tasks"] == []
             with pytest.raises(MCPError) as refused:
-                await _raw(bob, "tasks/cancel", {"taskId": task_id})
+                await raw(bob, "tasks/cancel", {"taskId": task_id})
             assert refused.value.message == "Task not found"
-            assert (await _raw(alice, "tasks/cancel", {"taskId": task_id}))["status"] == "cancelled"
-            done = await _task_call(alice, "mcp__t__research", {"topic": "tides"})
-            assert _text(await _raw(alice, "tasks/result", {"taskId": done["taskId"]})) == "report on tides"
+            assert (await raw(alice, "tasks/cancel", {"taskId": task_id}))["status"] == "cancelled"
+            done = await task_call(alice, "mcp__t__research", {"topic": "tides"})
+            assert text(await raw(alice, "tasks/result", {"taskId": done["taskId"]})) == "report on tides"
             plain = await bob.call_tool("mcp__t__research", {"topic": "reefs"})
             assert plain.content == [types.TextContent(type="text", text="report on reefs")]
-    finally:
-        hub_process.stop()
-
-
-async def test_a_share_session_servers_task_only_tool_runs_as_a_task_for_each_session(tmp_path: Path):
-    config = tmp_path / "omega.toml"
-    config.write_text(
-        f'[servers.t]\ncommand = {sys.executable!r}\nargs = [{str(TASK_SERVER)!r}]\nshare = "session"\n'
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n'
-    )
-    alice_token = "alice-token-0123456789abcdef"
-    hub_process = start_hub(tmp_path, "--config", str(config), env={"ALICE_TOKEN": alice_token})
-    try:
-        async with hub_client(hub_process.url, alice_token) as alice:
-            plain = await alice.call_tool("mcp__t__research", {"topic": "reefs"})
-            assert plain.content == [types.TextContent(type="text", text="report on reefs")]
-            with pytest.raises(MCPError) as refused:  # its tasks would live in the session's own process
-                await _task_call(alice, "mcp__t__research", {"topic": "x"})
-            assert refused.value.code == types.METHOD_NOT_FOUND and 'share = "session"' in refused.value.message
     finally:
         hub_process.stop()

@@ -6,9 +6,12 @@ omega gives every `ui://` URI of a server a per-server form, `ui://<server>/<the
 are `[A-Za-z0-9_-]+`, so the first segment is the key), and the same in both eras. The form is
 given where a server offers URIs (`resources/list`, `resources/templates/list`, a tool's
 `_meta.ui.resourceUri` and the flat `_meta["ui/resourceUri"]`, `resources/updated`, the contents
-of a read, and a `tools/call` result's resource links, embedded resources and `_meta`) and taken
-back where a client names one (`resources/read`, subscriptions). Only `ui://` URIs change; every
-other URI is the server's own.
+of a read, a `tools/call` result's resource links, embedded resources and `_meta`, and those of a
+`prompts/get` result's messages) and taken back where a client names one (`resources/read`,
+subscriptions). Only `ui://` URIs change; every other URI is the server's own. A result's
+`structuredContent` is never rewritten: it is data (the model reads it, the client checks it against
+the tool's `outputSchema`, its serialized copy in a text block stays the server's words), and MCP Apps
+links a UI only through `_meta`, which is.
 
 A tool whose `_meta.ui.visibility` leaves out `"model"` is for the app alone: it stays listed (the
 host needs its `_meta`) but is never a model's to find or run, so `search_tools` never returns it,
@@ -26,6 +29,7 @@ from typing import Any, Protocol, cast
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
+from omega_mcp.calling import Profile
 from omega_mcp.errors import ToolError
 from omega_mcp.names import Route
 
@@ -36,6 +40,7 @@ __all__ = [
     "client_contents",
     "client_uri",
     "owner_named",
+    "prompt_for_client",
     "resources_for_client",
     "result_for_client",
     "server_uri",
@@ -132,6 +137,33 @@ def result_for_client(server_name: str, result: dict[str, Any]) -> dict[str, Any
     return result if changed is None else changed
 
 
+def prompt_for_client(server_name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A raw `prompts/get` result with the `ui://` URIs it names in the namespace's form: those of each
+    message's content block (as in a tool result) and of its own `_meta` (the same dict when it names none)."""
+    changed: dict[str, Any] | None = None
+    meta = result.get("_meta")
+    if isinstance(meta, dict):
+        own = _meta_for_client(server_name, cast(dict[str, Any], meta))
+        if own is not meta:
+            changed = {**result, "_meta": own}
+    messages = result.get("messages")
+    if isinstance(messages, list):
+        listed = cast(list[object], messages)
+        rewritten = [_message_for_client(server_name, message) for message in listed]
+        if any(new is not old for new, old in zip(rewritten, listed, strict=True)):
+            changed = {**(changed if changed is not None else result), "messages": rewritten}
+    return result if changed is None else changed
+
+
+def _message_for_client(server_name: str, message: object) -> object:
+    if not isinstance(message, dict):
+        return message
+    entry = cast(dict[str, Any], message)
+    content = entry.get("content")
+    block = _block_for_client(server_name, content)
+    return entry if block is content else {**entry, "content": block}
+
+
 def _block_for_client(server_name: str, block: object) -> object:
     if not isinstance(block, dict):
         return block
@@ -205,13 +237,14 @@ class _Lookup(Protocol):
     @property
     def downstreams(self) -> _Tools | None: ...
 
-    def resolve(self, name: str) -> Route: ...
+    def resolve(self, name: str, profile: Profile | None = None) -> Route: ...
 
 
-def app_only_refusal(toolbox: _Lookup, name: str) -> str | None:
-    """Why `call_tool` refuses `name` (an app-only tool: the model may not run it), or None."""
+def app_only_refusal(toolbox: _Lookup, name: str, profile: Profile | None = None) -> str | None:
+    """Why `call_tool` refuses `name` (an app-only tool: the model may not run it), or None (also for a
+    tool `profile` may not call: the call itself answers as for an unknown one)."""
     try:
-        route = toolbox.resolve(name)
+        route = toolbox.resolve(name, profile)
     except ToolError:
         return None  # the call itself says what is wrong with the name
     downstreams = toolbox.downstreams

@@ -24,7 +24,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from omega_mcp.calling import Caller
 from omega_mcp.names import prompt_name, server_of_prompt
-from omega_mcp.proxy.apps import client_contents, owner_named, server_uri, unknown_resource
+from omega_mcp.proxy.apps import client_contents, owner_named, prompt_for_client, server_uri, unknown_resource
 from omega_mcp.proxy.session import DownstreamSession
 from omega_mcp.proxy.spec import Catalog
 
@@ -70,7 +70,7 @@ class Exports:
 
     async def get_prompt(self, name: str, params: dict[str, Any], caller: Caller | None = None) -> dict[str, Any]:
         """Fetch an exported prompt from its server as `caller`'s request; `params` are the client's (its
-        name is replaced).
+        name is replaced). The `ui://` URIs its messages name come back in their per-server form (apps.py).
 
         Raises:
             MCPError: unknown prompt (or its server is down), or the server's own error.
@@ -81,7 +81,8 @@ class Exports:
                 sent = {**params, "name": own}
                 with self._calling(server_name, caller):
                     timeout = session.spec.timeout_seconds
-                    return await session.request("prompts/get", sent, timeout_seconds=timeout, caller=caller)
+                    raw = await session.request("prompts/get", sent, timeout_seconds=timeout, caller=caller)
+                return prompt_for_client(server_name, raw)
         raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown prompt: {name!r}")
 
     async def complete(self, params: types.CompleteRequestParams) -> types.CompleteResult:

@@ -115,10 +115,13 @@ class ClientRequests:
         self._elicitations: dict[tuple[str, str], Caller] = {}
         self.roots_listener: Callable[[], Awaitable[None]] | None = None
         """Tells every downstream that the roots changed (set by `Downstreams`)."""
-        self.task_status: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
-        """Takes a server's `notifications/tasks/status` (server name, params) to the task's owner (server/tasks.py)."""
-        self.task_label: Callable[[str, str], str | None] | None = None
-        """The id a client knows a server's task by (server name, the server's id), or None (server/tasks.py)."""
+        self.task_status: Callable[[str, Mapping[str, Any], object], Awaitable[None]] | None = None
+        """Takes a server's `notifications/tasks/status` (server name, params, the connection it came on) to the
+        task's owner (server/tasks.py)."""
+        self.task_label: Callable[[str, str, object], str | None] | None = None
+        """The id a client knows a server's task by (server name, the server's id, the connection that asks), or
+        None (server/tasks.py). The connection tells two sessions' own processes of one server apart (pool.py),
+        whose ids for their tasks may be the same."""
 
     # -- clients -----------------------------------------------------------------------------
 
@@ -224,6 +227,8 @@ class ServerRequests:
         self.router = router
         self.server_name = server_name
         self.timeout = timeout
+        self.connection: object = None
+        """The downstream session these callbacks serve (set by it): what its tasks' notifications name."""
 
     def session_options(self) -> dict[str, Any]:
         """`ClientSession` keyword arguments: the callbacks, whose presence declares the capabilities."""
@@ -245,7 +250,9 @@ class ServerRequests:
     async def task_status(self, params: types.TaskStatusNotificationParams) -> None:
         relay = self.router.task_status
         if relay is not None:
-            await relay(self.server_name, params.model_dump(by_alias=True, mode="json", exclude_unset=True))
+            await relay(
+                self.server_name, params.model_dump(by_alias=True, mode="json", exclude_unset=True), self.connection
+            )
 
     # -- the three requests ------------------------------------------------------------------
 
@@ -301,7 +308,9 @@ class ServerRequests:
         meta, label = params.meta, self.router.task_label
         related = as_object(meta.get(RELATED_TASK)) if meta and label is not None else {}
         remote_id = related.get("taskId")
-        local_id = label(self.server_name, remote_id) if label is not None and isinstance(remote_id, str) else None
+        if label is None or not isinstance(remote_id, str):
+            return params
+        local_id = label(self.server_name, remote_id, self.connection)
         if not meta or local_id is None:
             return params
         return params.model_copy(update={"meta": {**meta, RELATED_TASK: {**related, "taskId": local_id}}})

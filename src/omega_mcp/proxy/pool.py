@@ -10,7 +10,10 @@ MCP server sets: an HTTP session's connection, or for 2026-era requests (which h
 client token's name; with none (stdio, the agent, `omega-mcp call`) the call goes to the shared
 connection, since there is only one client. A connection that dies is forgotten (its call fails as
 a call to a shared server would) and the session's next call starts a new one. Prompts, resources
-and subscriptions of such a server are still served by its listing connection.
+and subscriptions of such a server are still served by its listing connection. Tasks a session
+creates run on its own connection (`connection`; their requests keep it in use, `in_use`); a
+connection omega stops is lost with the reason why (idle, session ended, reload) before it closes,
+and `on_stopped` is told once it has, so its tasks end with that reason (server/tasks.py).
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import math
 import os
 import secrets
 import shutil
-from collections.abc import AsyncGenerator, Callable, Hashable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Hashable
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -32,7 +35,7 @@ import anyio.abc
 from anyio import AsyncContextManagerMixin
 
 from omega_mcp.calling import CallContext, SessionDirs
-from omega_mcp.errors import first_leaf
+from omega_mcp.errors import DownstreamError, first_leaf
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.client_requests import ClientRequests
 from omega_mcp.proxy.session import DownstreamSession
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 IDLE_SECONDS = 600.0
 """How long a session's own connection may go without a call before it is stopped."""
 _STOP_SECONDS = 10.0
+_TELL_SECONDS = 5.0
 
 
 @dataclass(eq=False)
@@ -80,6 +84,9 @@ class SessionServers(AsyncContextManagerMixin):
         self.task_only: Callable[[str], frozenset[str]] = lambda server_name: frozenset()
         """A server's tools that run only as tasks, from its shared listing (set by `Downstreams`): a
         session's connection never lists, and its plain calls of them are run as tasks too (tasks.py)."""
+        self.on_stopped: Callable[[str, DownstreamSession], Awaitable[None]] | None = None
+        """Told (server name, connection) when a session's connection has closed, for whatever reason (its
+        `close_reason` says which); bounded. Set by the MCP server's task handlers."""
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncGenerator[Self]:
@@ -113,22 +120,52 @@ class SessionServers(AsyncContextManagerMixin):
         it has none; its directory below `context.session_dirs`)."""
         key = context.session_key
         assert key is not None  # the supervisor sends only a session's calls here
-        instance = await self._instance(spec, key, context.session_dirs)  # busy from here: the reaper leaves it
+        try:
+            async with self.connection(spec, key, context.session_dirs) as session:
+                with self._requests.calling(spec.server_name, context.caller):
+                    return await forward_call(session, tool_name, arguments, context)
+        except DownstreamError as exc:
+            return error_wire(str(exc))
+
+    @asynccontextmanager
+    async def connection(
+        self, spec: DownstreamSpec, key: Hashable, dirs: SessionDirs | None
+    ) -> AsyncGenerator[DownstreamSession]:
+        """The own connection of session `key` to the server (started now if it has none; its directory
+        below `dirs`), kept from the idle reaper while the caller uses it.
+
+        Raises:
+            DownstreamError: it could not be started (why).
+        """
+        instance = await self._instance(spec, key, dirs)  # busy from here: the reaper leaves it
         try:
             await instance.ready.wait()  # bounded: `_run` gives up connecting after the connect timeout
             if instance.session is None:
                 why = instance.failure or "it stopped"
-                return error_wire(f"server {spec.server_name} could not be started for this session: {why}")
+                raise DownstreamError(f"server {spec.server_name} could not be started for this session: {why}")
             instance.session.task_only = self.task_only(spec.server_name)
-            with self._requests.calling(spec.server_name, context.caller):
-                return await forward_call(instance.session, tool_name, arguments, context)
+            yield instance.session
         finally:
             instance.busy -= 1
             instance.last_used = anyio.current_time()
 
+    @contextmanager
+    def in_use(self, connection: object) -> Generator[None]:
+        """While a request to `connection` runs (a task's), the idle reaper leaves it; its idle time starts
+        again after. Nothing for a connection that is no session's (a shared one) or is gone."""
+        instance = next((i for i in self._instances.values() if i.session is connection), None)
+        if instance is not None:
+            instance.busy += 1
+        try:
+            yield
+        finally:
+            if instance is not None:
+                instance.busy -= 1
+                instance.last_used = anyio.current_time()
+
     async def end(self, key: Hashable) -> None:
         """The session `key` ended: stop its connections (bounded) and remove their directories."""
-        await self._stop([inst for inst in self._instances.values() if inst.key == key])
+        await self._stop([inst for inst in self._instances.values() if inst.key == key], "its client session ended")
         for slot in [slot for slot in self._dirs if slot[1] == key]:
             directory = self._dirs.pop(slot)
             with anyio.CancelScope(shield=True):
@@ -154,7 +191,8 @@ class SessionServers(AsyncContextManagerMixin):
 
     async def stop_server(self, server_name: str) -> None:
         """Stop every session's connection to a server (removed or changed by a reload)."""
-        await self._stop([inst for (name, _), inst in self._instances.items() if name == server_name])
+        stopping = [inst for (name, _), inst in self._instances.items() if name == server_name]
+        await self._stop(stopping, "its configuration changed or it was removed (reload)")
 
     # -- the connections ---------------------------------------------------------------------
 
@@ -169,7 +207,7 @@ class SessionServers(AsyncContextManagerMixin):
         )
         if instance is None or stale:
             if instance is not None:
-                await self._stop([instance])
+                await self._stop([instance], "its configuration changed (reload)")
             if self._task_group is None:
                 raise RuntimeError("SessionServers used outside its context")
             instance = self._instances[slot] = _Instance(spec, key, last_used=anyio.current_time())
@@ -202,16 +240,30 @@ class SessionServers(AsyncContextManagerMixin):
             logger.warning("server %s could not start for a session: %s", spec.server_name, instance.failure)
         finally:
             instance.ready.set()
-            instance.done.set()
             slot = (instance.spec.server_name, instance.key)
             if self._instances.get(slot) is instance:
                 del self._instances[slot]
+            if session.closed.is_set():  # it was open (a failed start never is): its tasks end now
+                await self._tell_stopped(spec.server_name, session)
+            instance.done.set()
+
+    async def _tell_stopped(self, server_name: str, session: DownstreamSession) -> None:
+        told = self.on_stopped
+        if told is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_TELL_SECONDS):
+            try:
+                await told(server_name, session)
+            except Exception as exc:  # boundary: telling is best effort; the connection is gone either way
+                logger.debug("server %s: a stopped session connection's listener failed: %s", server_name, exc)
 
     def _count(self) -> int:
         return sum(1 for inst in self._instances.values() if inst.session is not None)
 
-    async def _stop(self, instances: list[_Instance]) -> None:
+    async def _stop(self, instances: list[_Instance], why: str) -> None:
         for instance in instances:
+            if instance.session is not None:
+                instance.session.lose(f"omega stopped it: {why}")  # what its tasks end with (server/tasks.py)
             instance.scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_SECONDS):
             for instance in instances:
@@ -230,4 +282,4 @@ class SessionServers(AsyncContextManagerMixin):
                 logger.info(
                     "server %s of a session idle for %g s: stopping it", inst.spec.server_name, self.idle_seconds
                 )
-            await self._stop(idle)
+            await self._stop(idle, f"no call for {self.idle_seconds:g} s")

@@ -77,6 +77,8 @@ class DownstreamSession(AsyncContextManagerMixin):
         self.spec = spec
         self._early = early
         self._requests = requests
+        if requests is not None:
+            requests.connection = self  # a task's notifications and requests name the connection it runs on
         self._warned = warned if warned is not None else set[str]()
         self.closed = anyio.Event()
         self.close_reason: str | None = None

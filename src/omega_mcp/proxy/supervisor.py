@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Self
 
@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from omega_mcp.calling import PROCESS, CallContext
 from omega_mcp.config import ServersSection
 from omega_mcp.errors import OAuthError, first_leaf
-from omega_mcp.names import server_prefixes
+from omega_mcp.names import Route, server_prefixes
 from omega_mcp.proxy.apps import client_uri
 from omega_mcp.proxy.calls import forward_call
 from omega_mcp.proxy.catalog import Exports
@@ -448,13 +448,18 @@ class Downstreams(AsyncContextManagerMixin):
         final = self._one_shot or entry.refused
         return down_message(server_name, entry.state, entry.reason, retry_in, final=final)
 
-    def unavailable(self, name: str) -> str | None:
-        """For a tool name that belongs to a server that is not connected, the reason; else None."""
+    def unavailable(self, name: str, permits: Callable[[Route], bool] | None = None) -> str | None:
+        """For a tool name that belongs to a server that is not connected, the reason; else None (also when
+        `permits`, a hub client's, does not permit the name's route: to that client no such server is down)."""
         for server_name, entry in self._entries.items():
             if entry.session is not None:
                 continue
-            if name.startswith(server_prefixes(server_name)):
-                return self.down_message(server_name)
+            prefix = next((p for p in server_prefixes(server_name) if name.startswith(p)), None)
+            if prefix is None:
+                continue
+            if permits is not None and not permits(Route(server_name, name[len(prefix) :])):
+                return None
+            return self.down_message(server_name)
         return None
 
     async def call_tool(

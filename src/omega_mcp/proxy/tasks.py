@@ -5,7 +5,10 @@ A task-augmented `tools/call` reaches the server that owns the tool as it is; th
 comes back with a task id omega mints (`TaskTable`), which maps to that server's connection and its
 own id, and belongs to the client session that created it: `tasks/get`, `tasks/result`,
 `tasks/cancel` and `tasks/list` of one client never see another's tasks (an id it does not own is
-"not found", as an unknown one). A plain call of a task-only tool (`taskSupport: "required"`) is run
+"not found", as an unknown one). A task lives on the connection that created it (for a `share =
+"session"` server, the client session's own): once that connection has closed, the task has ended
+with it (`ended_task`, `ended_result`), in the status the client last saw when that was terminal,
+else `failed`, saying why. A plain call of a task-only tool (`taskSupport: "required"`) is run
 as a task on the client's behalf (`run_as_task`): created, then its result awaited with
 `tasks/result`, bounded by the server's `timeout`; cancelled downstream when the wait ends first.
 The 2026-07-28 era has no tasks in its core (they continue as an extension omega does not speak).
@@ -18,6 +21,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
@@ -30,8 +34,11 @@ __all__ = [
     "RELATED_TASK",
     "TASK_METHODS",
     "TASK_VERSIONS",
+    "TERMINAL",
     "Held",
     "TaskTable",
+    "ended_result",
+    "ended_task",
     "run_as_task",
     "runs_as_task",
     "task_id_of",
@@ -47,6 +54,8 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 TASK_VERSIONS = frozenset({"2025-11-25"})
 """The protocol versions whose core defines tasks."""
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+"""The statuses a task never leaves."""
 
 _CANCEL_SECONDS = 5.0
 _TTL_MARGIN_MS = 60_000
@@ -162,6 +171,8 @@ class Held:
     connection: object
     """The downstream session the task was created on (a task does not outlive its connection)."""
     remote_id: str
+    created: Mapping[str, Any] | None = None
+    """The task as the server created it (its `createdAt`, `ttl`, `pollInterval`)."""
 
 
 class TaskTable:
@@ -169,16 +180,40 @@ class TaskTable:
 
     def __init__(self, per_owner: int = _PER_OWNER) -> None:
         self._held: dict[str, Held] = {}
+        self._status: dict[str, str] = {}
         self._per_owner = per_owner
 
-    def add(self, owner: object, server_name: str, connection: object, remote_id: str) -> str:
+    def add(
+        self,
+        owner: object,
+        server_name: str,
+        connection: object,
+        remote_id: str,
+        created: Mapping[str, Any] | None = None,
+    ) -> str:
         """Map a new task; returns the id its owner knows it by."""
         mine = self.owned(owner)
         for task_id, _ in mine[: max(len(mine) - self._per_owner + 1, 0)]:
-            del self._held[task_id]
+            self.forget(task_id)
         task_id = secrets.token_urlsafe(18)
-        self._held[task_id] = Held(owner, server_name, connection, remote_id)
+        self._held[task_id] = Held(owner, server_name, connection, remote_id, created)
+        status = created.get("status") if created is not None else None
+        if isinstance(status, str):
+            self._status[task_id] = status
         return task_id
+
+    def seen(self, task_id: str, status: object) -> None:
+        """The client was told `status` for its task (a terminal one is kept once seen)."""
+        if isinstance(status, str) and task_id in self._held and self._status.get(task_id) not in TERMINAL:
+            self._status[task_id] = status
+
+    def status(self, task_id: str) -> str | None:
+        """The status the client was last told for its task."""
+        return self._status.get(task_id)
+
+    def on_connection(self, connection: object) -> list[tuple[str, Held]]:
+        """The tasks that run on `connection`."""
+        return [(k, h) for k, h in self._held.items() if h.connection is connection]
 
     def find(self, owner: object, task_id: object) -> Held | None:
         """The task `owner` knows as `task_id`; None for an unknown id and for another client's task."""
@@ -196,11 +231,46 @@ class TaskTable:
 
     def forget(self, task_id: str) -> None:
         self._held.pop(task_id, None)
+        self._status.pop(task_id, None)
 
     def forget_owner(self, owner: object) -> None:
         """Drop every task of a client session that ended (they run on; only omega's mapping goes)."""
         for task_id, _ in self.owned(owner):
-            del self._held[task_id]
+            self.forget(task_id)
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _ended_message(held: Held, why: str) -> str:
+    """Why a task whose connection closed (`why`: the connection's `close_reason`) is over."""
+    return (
+        f"server {held.server_name} stopped before this task was done ({why}); "
+        "the task ended with it, and its result is gone"
+    )
+
+
+def ended_task(task_id: str, held: Held, last_status: str | None, why: str) -> dict[str, Any]:
+    """The task, as `tasks/get` and `tasks/list` give it, once its connection has closed: in the terminal
+    status its client last saw, else `failed` with `ended_message` as its `statusMessage`."""
+    created = dict(held.created or {})
+    task: dict[str, Any] = {
+        "createdAt": created.get("createdAt", _now()),
+        "ttl": created.get("ttl"),
+        **{k: v for k, v in created.items() if k == "pollInterval"},
+        "taskId": task_id,
+        "lastUpdatedAt": _now(),
+    }
+    if last_status in TERMINAL and last_status != "failed":  # a failed one says why it is over now
+        return {**task, "status": last_status}
+    return {**task, "status": "failed", "statusMessage": _ended_message(held, why)}
+
+
+def ended_result(task_id: str, held: Held, why: str) -> dict[str, Any]:
+    """`tasks/result` of a task whose connection has closed: an isError result saying so."""
+    text = _ended_message(held, why)
+    return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {RELATED_TASK: {"taskId": task_id}}}

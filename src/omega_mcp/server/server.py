@@ -164,13 +164,20 @@ class OmegaServer(Server[Any]):
         )
         # Tasks (tasks.py) go first: a task-augmented tools/call is not the fast path's.
         self.tasks = (
-            TaskHandlers(toolbox, catalog, lambda s, r: SessionCaller(s, r, self.logs.level_of), self.client_of)
+            TaskHandlers(
+                toolbox,
+                catalog,
+                lambda s, r: SessionCaller(s, r, self.logs.level_of),
+                self.client_of,
+                self.session_of,
+            )
             if catalog is not None
             else None
         )
         if self.tasks is not None and catalog is not None:
             catalog.client_requests.task_status = self.tasks.relay_status
             catalog.client_requests.task_label = self.tasks.label
+            catalog.pool.on_stopped = self.tasks.connection_ended
         # No SDK OpenTelemetry middleware (a span per request even unexported) unless `traced`.
         self.middleware = [
             self._own_instructions,
@@ -212,14 +219,7 @@ class OmegaServer(Server[Any]):
         """The context of one tools/call, built once: who calls (`profile`, the shells' `owner`, the
         `caller` its server's requests go to) and how; on the HTTP hub also the session whose own
         `share = "session"` connections it uses, and where their directories go."""
-        key: Hashable | None = None
-        dirs: SessionDirs | None = None
-        if (profiles := self.profiles) is not None:
-            window = window_of(ctx.lifespan_context) is not None
-            if self.catalog is not None:
-                key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end, window=window)
-            policy = profile.policy if profile is not None else profiles.hub
-            dirs = SessionDirs(policy.client, policy.session_dirs_root)
+        key, dirs = self.session_of(ctx, profile)
         return CallContext(
             owner=owner,
             profile=profile,
@@ -231,6 +231,19 @@ class OmegaServer(Server[Any]):
             session_key=key,
             session_dirs=dirs,
         )
+
+    def session_of(self, ctx: Any, profile: ClientProfile | None) -> tuple[Hashable | None, SessionDirs | None]:
+        """Whose `share = "session"` connections a request of `profile` uses (None: the shared ones), and
+        where their directories go: on the HTTP hub (and an attached window) its session's."""
+        key: Hashable | None = None
+        dirs: SessionDirs | None = None
+        if (profiles := self.profiles) is not None:
+            window = window_of(ctx.lifespan_context) is not None
+            if self.catalog is not None:
+                key = session_key(ctx.session, ctx.request, profile, self.catalog.pool.end, window=window)
+            policy = profile.policy if profile is not None else profiles.hub
+            dirs = SessionDirs(policy.client, policy.session_dirs_root)
+        return key, dirs
 
     def _shell_owner(self, session: ServerSession, http_request: object, window: ClientProfile | None) -> object | None:
         """Who owns a call's background shells: its connection; the process (None) for a 2026-era

@@ -205,7 +205,7 @@ class SessionTools:
                 name, arguments = call_tool_target(arguments)
             except ToolError as exc:
                 return error_result(str(exc)), name, arguments
-            if (refused := app_only_refusal(self.toolbox, name)) is not None:
+            if (refused := app_only_refusal(self.toolbox, name, profile)) is not None:
                 return error_result(refused), name, arguments
         if name == SEARCH_TOOLS:
             try:
