@@ -370,7 +370,8 @@ async def test_a_server_arriving_after_the_startup_wait_is_announced_with_list_c
     gate = anyio.Event()
     notes = Notifications()
     specs = (downstream_spec("fast", downstream("fast")), downstream_spec("late", gated(downstream("late"), gate)))
-    async with hub(rwx_policy, *specs, startup_wait_seconds=0.1) as (_, _, server):
+    async with hub(rwx_policy, *specs, startup_wait_seconds=0.1) as (downstreams, _, server):
+        await downstreams.wait_settled(["fast"])  # on a busy machine 0.1 s may not be enough for it
         async with client(server, message_handler=notes) as c:
             first = [t.name for t in (await c.list_tools()).tools]
             gate.set()
