@@ -8,6 +8,7 @@ A bash call that waits for a file the test writes keeps the call unanswered exac
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -23,7 +24,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from hub_support import HEADERS, Hub, start_hub
 from omega_mcp.server.events import HubEvents, SessionEvents
-from waits import deadline
+from omega_mcp.server.ops import QUIET_SECONDS
+from waits import deadline, until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -306,3 +308,20 @@ async def test_the_sdk_client_gets_the_answer_of_a_call_the_hub_polls(hub: Hub):
                     tg.start_soon(release)
                     result = await client.call_tool("bash", {"command": _WAIT_FOR_GO.format(word="sdk")})
     assert "answered-sdk" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_polled_call_keeps_the_draining_hub_until_it_is_answered_and_resumed(hub: Hub):
+    work = hub.log.parent / "ws"
+    async with _session(hub, ALICE) as session:
+        with deadline(60):
+            first = await _post_until_closed(session, _call(_WAIT_FOR_GO.format(word="drained")))
+            assert not any("answered-drained" in e.data for e in first)  # its HTTP request has ended
+            hub.proc.send_signal(signal.SIGTERM)
+            await until(lambda: "draining" in hub.log.read_text(), "the hub to drain")
+            with anyio.move_on_after(QUIET_SECONDS * 2 + 1):  # a drain that saw nothing in flight ends by now
+                await until(lambda: "drained" in hub.log.read_text(), "the drain to end", seconds=60)
+            assert "drained" not in hub.log.read_text()
+            (work / "go").touch()
+            rest = await _resume(session, first[-1].id or "", until="answered-drained")
+    assert "answered-drained" in rest[-1].data
+    assert await anyio.to_thread.run_sync(lambda: hub.proc.wait(timeout=60)) == 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,16 +172,25 @@ class StreamPolling(ServerMiddleware[Any]):
     to: a handshake-era client at 2025-11-25 or later, whose stream began with a priming event). The
     request runs on; what it sends meanwhile is kept, and the client's GET with `Last-Event-ID` gets it."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, counters: Sequence[tuple[Callable[[], None], Callable[[], None]]] = ()) -> None:
         self.seconds = seconds
+        self.counters = counters
+        """(started, finished) of what counts requests in flight: a call whose stream was closed still
+        is one (its HTTP request has ended), so shutdown and drain wait for it as for any other."""
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         close = ctx.close_sse_stream
         if close is None:
             return await call_next(ctx)
 
+        counted = False
+
         async def close_later() -> None:
+            nonlocal counted
             await anyio.sleep(self.seconds)
+            for started, _ in self.counters:
+                started()
+            counted = True
             try:
                 await close()
             except Exception as exc:  # boundary: the stream may be gone already
@@ -188,13 +198,18 @@ class StreamPolling(ServerMiddleware[Any]):
 
         failure: Exception | None = None
         results: list[HandlerResult] = []
-        async with anyio.create_task_group() as task_group:
-            task_group.start_soon(close_later, name="omega sse poll")
-            try:
-                results.append(await call_next(ctx))
-            except Exception as exc:  # raised below as it is, not in the task group's exception group
-                failure = exc
-            task_group.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(close_later, name="omega sse poll")
+                try:
+                    results.append(await call_next(ctx))
+                except Exception as exc:  # raised below as it is, not in the task group's exception group
+                    failure = exc
+                task_group.cancel_scope.cancel()
+        finally:
+            if counted:
+                for _, finished in self.counters:
+                    finished()
         if failure is not None:
             raise failure
         return results[0]

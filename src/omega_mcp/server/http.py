@@ -194,12 +194,15 @@ def build_http_app(
         retry_interval=RETRY_MS,
     )
     store_per_session(server.session_manager, (events or HubEvents()).new)
-    if poll_seconds is not None:
-        server.middleware.insert(0, StreamPolling(poll_seconds))
     if server.profiles is not None:  # inside the token check, which names the client
         app.add_middleware(_ProfileScope, profiles=server.profiles)
     app.add_middleware(BearerTokenMiddleware, tokens=tokens)
     in_flight = _InFlight()
+    if poll_seconds is not None:
+        counters = [(in_flight.started, in_flight.finished)]
+        if ops is not None:
+            counters.append((ops.arrived, ops.finished))
+        server.middleware.insert(0, StreamPolling(poll_seconds, counters))
     app.add_middleware(_CountRequests, in_flight=in_flight)
     app.state.in_flight = in_flight
     if ops is not None:
