@@ -60,7 +60,7 @@ KNOWN_GAPS: dict[tuple[str, str], set[tuple[str, str]]] = {
 # server-sse-polling (SEP-1699) has the reference's tool close its stream mid-call (a stdio server cannot:
 # omega never learns of it); the hub closes a call's stream by itself once it runs this long unanswered
 # (`[hub] sse_poll_seconds`), well before the tool's 200 ms are up, so the client resumes from omega's events.
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.1
 TOKEN = "conformance-test-token-0123456789"
 
 
