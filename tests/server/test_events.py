@@ -18,12 +18,15 @@ import anyio
 import httpx2
 import mcp
 import pytest
+import uvicorn
 from mcp import types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.lowlevel.server import Server
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from hub_support import HEADERS, Hub, start_hub
-from omega_mcp.server.events import HubEvents, SessionEvents
+from hub_support import HEADERS, Hub, free_port, start_hub
+from omega_mcp._sdk import store_per_session
+from omega_mcp.server.events import RETRY_MS, HubEvents, SessionEvents
 from omega_mcp.server.ops import QUIET_SECONDS
 from waits import deadline, until
 
@@ -325,3 +328,26 @@ async def test_a_polled_call_keeps_the_draining_hub_until_it_is_answered_and_res
             rest = await _resume(session, first[-1].id or "", until="answered-drained")
     assert "answered-drained" in rest[-1].data
     assert await anyio.to_thread.run_sync(lambda: hub.proc.wait(timeout=60)) == 0
+
+
+async def test_a_sessions_events_go_when_the_session_ends():
+    """In-process: the SDK's own server and client over loopback, with the hub's stores given per session."""
+    events = HubEvents()
+
+    async def on_list_tools(ctx: object, params: object) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[])
+
+    server = Server("events", on_list_tools=on_list_tools)
+    app = server.streamable_http_app(retry_interval=RETRY_MS)
+    store_per_session(server.session_manager, events.new)
+    port = free_port()
+    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(http.serve)
+        await until(lambda: http.started, "uvicorn to start")
+        with deadline(30):
+            async with mcp.Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp"), mode="legacy") as client:
+                await client.list_tools()
+                assert events.bytes > 0  # the answers to initialize and tools/list are kept
+            await until(lambda: events.bytes == 0, "the ended session's events to go")
+        http.should_exit = True
