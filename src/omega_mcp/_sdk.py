@@ -8,11 +8,17 @@ changes and logs go to connections; a downstream is asked its era as the SDK cli
 each 2026-era request carries the envelope the session would stamp; a traced hub puts back the
 server's default `OpenTelemetryMiddleware`, kept in `mcp.server._otel`), so they are reached here,
 once: an SDK upgrade that moves them breaks this module and nothing else.
+The HTTP session manager hands one event store to every session it admits; `store_per_session` gives
+each its own instead (through the manager's private admission and discard), so no session can replay
+another's events.
 Transports are typed with the public `mcp.client.Transport`. `SESSION_MESSAGES` is the hand-over
 from the wire layer's pipes (`wire/pipes.py`, bytes and dicts only) to the SDK's `SessionMessage`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mcp import types
 from mcp.client import Transport
@@ -23,6 +29,11 @@ from mcp.server.connection import Connection
 from mcp.server.session import ServerSession
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
+
+if TYPE_CHECKING:  # the HTTP server's modules: not imported for stdio
+    from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+    from mcp.server.streamable_http import EventStore, StreamableHTTPServerTransport
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 __all__ = [
     "SESSION_MESSAGES",
@@ -35,6 +46,7 @@ __all__ = [
     "client_info",
     "connection_of",
     "negotiate_auto",
+    "store_per_session",
 ]
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
@@ -54,6 +66,44 @@ def client_capabilities(session: ClientSession, version: str) -> types.ClientCap
 def client_info(session: ClientSession) -> types.Implementation:
     """The `clientInfo` a client session sends."""
     return session._client_info  # pyright: ignore[reportPrivateUsage]
+
+
+def store_per_session(manager: StreamableHTTPSessionManager, new: Callable[[], EventStore]) -> None:
+    """Each session `manager` admits from now on gets its own event store, `new()`, closed once the
+    session is discarded (a DELETE, the idle timeout, a crash or the manager's end).
+
+    The manager reads its `event_store` when it builds a session's transport (`_admit_session`, which
+    runs without awaiting under its creation lock), so the store is set just for that; the transport
+    keeps its store, and `_discard_session` (which may run twice for one session) closes it.
+    """
+    admit = manager._admit_session  # pyright: ignore[reportPrivateUsage]
+    discard = manager._discard_session  # pyright: ignore[reportPrivateUsage]
+
+    def admit_with_store(requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        store = new()
+        manager.event_store = store
+        try:
+            transport = admit(requestor)
+        finally:
+            manager.event_store = None
+        if transport is None:
+            _close(store)
+        return transport
+
+    async def discard_and_close(session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        try:
+            await discard(session_id, transport)
+        finally:
+            _close(transport._event_store)  # pyright: ignore[reportPrivateUsage]
+
+    manager._admit_session = admit_with_store  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+    manager._discard_session = discard_and_close  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+
+
+def _close(store: object) -> None:
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
 
 
 class _SessionMessages:

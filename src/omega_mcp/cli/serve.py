@@ -108,6 +108,7 @@ async def _serve(
                     max_message_bytes=config.hub.max_message_mb << 20,
                     tokens=tokens,
                     ops=ops,
+                    poll_seconds=config.hub.sse_poll_seconds,
                 )
             else:
                 tg.start_soon(guard.until_signalled, tg.cancel_scope)

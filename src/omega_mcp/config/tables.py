@@ -434,6 +434,9 @@ class HubConfig(_Strict):
     """On SIGTERM, how long requests are still served (and calls in flight may finish) before omega exits."""
     idle_exit: float = Field(default=600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
     """The shared hub (`omega-mcp attach`) exits when no window has been attached for this many seconds."""
+    sse_poll_seconds: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
+    """Close a handshake-era request's event stream after this many seconds without its answer (SEP-1699
+    polling: the client reconnects with `Last-Event-ID` and gets the rest); None: keep it open."""
     max_sessions_per_client: int = Field(default=32, gt=0, le=100_000, strict=True)
     """How many handshake-era sessions one client token may hold open at once."""
     clients: dict[ClientKey, ClientConfig] = Field(default_factory=dict[str, ClientConfig])

@@ -31,8 +31,10 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from omega_mcp._sdk import store_per_session
 from omega_mcp.errors import ConfigError, OmegaError
 from omega_mcp.server.auth import BearerTokenMiddleware, HubTokens, load_or_create_token
+from omega_mcp.server.events import RETRY_MS, HubEvents, StreamPolling
 from omega_mcp.server.guard import ConnectionGuard, raise_open_files_limit, waiting_cap
 from omega_mcp.server.ops import Operations, OpsMiddleware
 from omega_mcp.server.profiles import PROFILE, Profiles
@@ -175,19 +177,32 @@ def build_http_app(
     allowed_hosts: Sequence[str] | None = None,
     max_request_body_bytes: int = MAX_REQUEST_BODY_BYTES,
     ops: Operations | None = None,
+    events: HubEvents | None = None,
+    poll_seconds: float | None = None,
 ) -> Starlette:
     """The ASGI app serving `/mcp`; every request must carry one of `tokens`; bodies up to `max_request_body_bytes`;
-    with `ops`, also the probes, `/metrics` and drain (`ops.py`)."""
+    with `ops`, also the probes, `/metrics` and drain (`ops.py`).
+
+    Handshake-era streams are resumable: each session keeps its events in its own store of `events`
+    (`events.py`; a new `HubEvents` when None), a stream opens with a priming event and `retry:`, and
+    with `poll_seconds` (`[hub] sse_poll_seconds`) a request unanswered that long has its stream closed."""
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         host=host,
         transport_security=_security(host, port, allowed_hosts),
         max_request_body_size=max_request_body_bytes,
+        retry_interval=RETRY_MS,
     )
+    store_per_session(server.session_manager, (events or HubEvents()).new)
     if server.profiles is not None:  # inside the token check, which names the client
         app.add_middleware(_ProfileScope, profiles=server.profiles)
     app.add_middleware(BearerTokenMiddleware, tokens=tokens)
     in_flight = _InFlight()
+    if poll_seconds is not None:
+        counters = [(in_flight.started, in_flight.finished)]
+        if ops is not None:
+            counters.append((ops.arrived, ops.finished))
+        server.middleware.insert(0, StreamPolling(poll_seconds, counters))
     app.add_middleware(_CountRequests, in_flight=in_flight)
     app.state.in_flight = in_flight
     if ops is not None:
@@ -305,12 +320,14 @@ async def serve_http(
     max_message_bytes: int = MAX_REQUEST_BODY_BYTES,
     tokens: HubTokens | None = None,
     ops: Operations | None = None,
+    poll_seconds: float | None = None,
 ) -> None:
     """Serve on `sockets` (from `bind_http`; bound here when None) until cancelled, then shut down gracefully (bounded).
 
     `clients` are the `[hub.clients]` (name, token) pairs accepted besides the hub's own token;
     `max_message_bytes` (`[hub] max_message_mb`) bounds a request's body. `tokens` replaces the
-    token file and `clients` (the caller keeps them, to reload); `ops` adds the probes, metrics and drain.
+    token file and `clients` (the caller keeps them, to reload); `ops` adds the probes, metrics and drain;
+    `poll_seconds` is `[hub] sse_poll_seconds`.
 
     Raises:
         ConfigError: the token cannot be loaded or created, two clients share one, or the port cannot be bound.
@@ -328,6 +345,7 @@ async def serve_http(
         allowed_hosts=allowed_hosts,
         max_request_body_bytes=max_message_bytes,
         ops=ops,
+        poll_seconds=poll_seconds,
     )
     guard = ConnectionGuard(tokens.authorized, waiting_cap(raise_open_files_limit()))
     config = uvicorn.Config(
