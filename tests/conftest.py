@@ -38,6 +38,8 @@ E2E_MODULES = frozenset(
         "tests/cli/test_search_cli.py",
         "tests/agent/test_cli_failures.py",
         "tests/proxy/test_pins.py",
+        "tests/agent/test_cli_interrupts.py",  # `omega-mcp agent` per test: bounded retries, then SIGINT
+        "tests/server/test_process.py",  # `serve` over stdio per test: signals, stdio that is no pipe
     }
 )
 ROOT = Path(__file__).resolve().parents[1]

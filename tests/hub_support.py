@@ -5,7 +5,8 @@ for `/readyz` (every configured server connected or failed once: `serve` answers
 sent before would miss a server still starting, by design, with `list_changed` to follow); the
 token is `OMEGA_TOKEN` when the test sets it, else the generated `$OMEGA_HOME/token` ("" when
 there is none: an old hub that checked no token on loopback). `hub_client` is an `mcp.Client` whose
-every request carries the token.
+every request carries the token. `configured_hub` is a module's shared hub: its config written, started,
+stopped after.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,18 @@ def start_hub(
     proc.kill()
     proc.wait()
     raise AssertionError(f"hub did not serve (and turn ready) within 60 s: {log.read_text()}")
+
+
+@contextmanager
+def configured_hub(tmp_path: Path, config: str, env: dict[str, str] | None = None) -> Iterator[Hub]:
+    """`start_hub` on `config` (the text of tmp/omega.toml, written here), stopped when the block ends."""
+    path = tmp_path / "omega.toml"
+    path.write_text(config)
+    hub = start_hub(tmp_path, "--config", str(path), env=env)
+    try:
+        yield hub
+    finally:
+        hub.stop()
 
 
 def _ready(port: int) -> bool:

@@ -81,6 +81,25 @@ def test_pytest_arguments_pass_through_after_the_ones_dev_py_adds(monkeypatch: p
     assert ran[0][3:] == ["-n", "0", "--no-cov"]
 
 
+def test_the_tests_write_bytecode_caches_even_where_the_environment_says_not_to(monkeypatch: pytest.MonkeyPatch):
+    """pytest caches its assert-rewritten test modules as bytecode: without the cache each worker rewrites
+    every test module again at every run. Only the test command drops the setting."""
+    dev = _dev_module()
+    envs: list[dict[str, str]] = []
+
+    def run(args: list[str], env: dict[str, str], **_: object) -> subprocess.CompletedProcess[str]:
+        envs.append(env)
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev.subprocess, "run", run)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert dev.main(["test", "-n", "0", "tests/test_names.py"]) == 0
+    assert "PYTHONDONTWRITEBYTECODE" not in envs[0]
+    assert dev.main(["serve"]) == 0
+    assert envs[1]["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
 def test_dev_py_docs_builds_the_site_strictly_into_a_directory_it_removes(monkeypatch: pytest.MonkeyPatch):
     dev = _dev_module()
     ran: list[list[str]] = []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_support import Hub, hub_client, start_hub
+from hub_support import Hub, configured_hub, hub_client
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -25,17 +25,15 @@ BOB = "bob-token-0123456789abcdef0123"
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("trees")
-    config = tmp / "omega.toml"
-    config.write_text(
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\nworkspace = "alice"\nmode = "sandbox"\n'
-        '[hub.clients.bob]\ntoken = "${BOB_TOKEN}"\nworkspace = "bob"\nmode = "sandbox"\n'
-    )
-    hub = start_hub(tmp, "--config", str(config), env={"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB})
-    try:
+    with configured_hub(
+        tmp_path_factory.mktemp("trees"),
+        (
+            '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\nworkspace = "alice"\nmode = "sandbox"\n'
+            '[hub.clients.bob]\ntoken = "${BOB_TOKEN}"\nworkspace = "bob"\nmode = "sandbox"\n'
+        ),
+        env={"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB},
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def _text(result: object) -> str:

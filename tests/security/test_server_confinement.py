@@ -36,7 +36,7 @@ import pytest
 from mcp import StdioServerParameters
 
 from bash_processes import Markers, pids_with_arg
-from waits import deadline, until_sync
+from waits import deadline, scaled, until_sync
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux-only")
 
@@ -109,7 +109,7 @@ class _UdpEcho:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=_BOUND_SECONDS)
+        self._thread.join(timeout=scaled(_BOUND_SECONDS))
         self.socket.close()
 
 
@@ -338,7 +338,7 @@ def _wait_for(predicate: Callable[[], bool], what: str) -> None:
 
 def _answer(fd: int, message_id: int) -> dict[str, Any]:
     """The answer to request `message_id` on omega's stdout (past other answers and notifications)."""
-    deadline, pending = time.monotonic() + _BOUND_SECONDS, b""
+    deadline, pending = time.monotonic() + scaled(_BOUND_SECONDS), b""  # scaled like every bound
     while True:
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hub_support import Hub, hub_client, start_hub
+from hub_support import Hub, configured_hub, hub_client
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -22,17 +22,15 @@ BOB = "bob-token-0123456789abcdef0123"
 
 @pytest.fixture
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("limits")
-    config = tmp / "omega.toml"
-    config.write_text(
-        "[sandbox]\nshell_lifetime = 60\n[hub]\nmax_sessions_per_client = 2\n"
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n[hub.clients.bob]\ntoken = "${BOB_TOKEN}"\n'
-    )
-    hub = start_hub(tmp, "--config", str(config), env={"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB})
-    try:
+    with configured_hub(
+        tmp_path_factory.mktemp("limits"),
+        (
+            "[sandbox]\nshell_lifetime = 60\n[hub]\nmax_sessions_per_client = 2\n"
+            '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n[hub.clients.bob]\ntoken = "${BOB_TOKEN}"\n'
+        ),
+        env={"ALICE_TOKEN": ALICE, "BOB_TOKEN": BOB},
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def _text(result: object) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from hub_support import Hub, start_hub
+from hub_support import Hub, configured_hub
 
 MODERN = Path(__file__).parent.parent / "fixtures" / "modern_server.py"
 ALICE = "alice-token-0123456789abcdef"  # may call `read` only
@@ -27,18 +27,16 @@ VERSION = "2026-07-28"
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("params")
-    config = tmp / "omega.toml"
-    config.write_text(
-        f"[servers.m]\ncommand = {sys.executable!r}\nargs = [{str(MODERN)!r}]\n"
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\ntools = ["read"]\n'
-        '[hub.clients.dave]\ntoken = "${DAVE_TOKEN}"\n'
-    )
-    hub = start_hub(tmp, "--config", str(config), env={"ALICE_TOKEN": ALICE, "DAVE_TOKEN": DAVE})
-    try:
+    with configured_hub(
+        tmp_path_factory.mktemp("params"),
+        (
+            f"[servers.m]\ncommand = {sys.executable!r}\nargs = [{str(MODERN)!r}]\n"
+            '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\ntools = ["read"]\n'
+            '[hub.clients.dave]\ntoken = "${DAVE_TOKEN}"\n'
+        ),
+        env={"ALICE_TOKEN": ALICE, "DAVE_TOKEN": DAVE},
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def _call(hub: Hub, token: str, name: str, region_header: str) -> tuple[int, dict[str, Any]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mcp import MCPError, types
 
-from hub_support import Hub, hub_client, start_hub
+from hub_support import Hub, configured_hub, hub_client
 
 OFFERS = Path(__file__).parent.parent / "fixtures" / "offers_server.py"
 ALICE = "alice-token-0123456789abcdef"
@@ -27,25 +27,23 @@ DAVE = "dave-token-0123456789abcdef01"
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("offers")
-    config = tmp / "omega.toml"
     servers = "".join(
         f"[servers.{name}]\ncommand = {sys.executable!r}\nargs = [{str(OFFERS)!r}, {name!r}]\n"
         for name in ("alpha", "beta")
     )
-    config.write_text(
-        servers
-        + '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\ntools = ["read", "mcp__alpha__*"]\n'
-        + '[hub.clients.carol]\ntoken = "${CAROL_TOKEN}"\ntools = ["mcp__beta__*"]\n'
-        + 'prompts = ["nothing__*"]\nresources = ["res://beta/item/*"]\n'
-        + '[hub.clients.dave]\ntoken = "${DAVE_TOKEN}"\n'
-    )
     env = {"ALICE_TOKEN": ALICE, "CAROL_TOKEN": CAROL, "DAVE_TOKEN": DAVE}
-    hub = start_hub(tmp, "--config", str(config), env=env)
-    try:
+    with configured_hub(
+        tmp_path_factory.mktemp("offers"),
+        (
+            servers
+            + '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\ntools = ["read", "mcp__alpha__*"]\n'
+            + '[hub.clients.carol]\ntoken = "${CAROL_TOKEN}"\ntools = ["mcp__beta__*"]\n'
+            + 'prompts = ["nothing__*"]\nresources = ["res://beta/item/*"]\n'
+            + '[hub.clients.dave]\ntoken = "${DAVE_TOKEN}"\n'
+        ),
+        env=env,
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 async def _offers(hub: Hub, token: str) -> tuple[set[str], set[str], set[str]]:

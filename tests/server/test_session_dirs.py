@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hub_support import Hub, hub_client, start_hub
+from hub_support import Hub, configured_hub, hub_client
 from waits import deadline
 
 MEMO = Path(__file__).parent.parent / "fixtures" / "memo_server.py"
@@ -25,18 +25,16 @@ ALICE = "alice-token-0123456789abcdef"
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    tmp = tmp_path_factory.mktemp("sessiondirs")
-    config = tmp / "omega.toml"
-    config.write_text(
-        f'[servers.memo]\ncommand = {sys.executable!r}\nargs = [{str(MEMO)!r}]\nshare = "session"\n'
-        'env = { MEMO_FILE = "${OMEGA_SESSION_DIR}/memo.txt" }\n'
-        '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n'
-    )
-    hub = start_hub(tmp, "--config", str(config), env={"ALICE_TOKEN": ALICE})
-    try:
+    with configured_hub(
+        tmp_path_factory.mktemp("sessiondirs"),
+        (
+            f'[servers.memo]\ncommand = {sys.executable!r}\nargs = [{str(MEMO)!r}]\nshare = "session"\n'
+            'env = { MEMO_FILE = "${OMEGA_SESSION_DIR}/memo.txt" }\n'
+            '[hub.clients.alice]\ntoken = "${ALICE_TOKEN}"\n'
+        ),
+        env={"ALICE_TOKEN": ALICE},
+    ) as hub:
         yield hub
-    finally:
-        hub.stop()
 
 
 def _text(result: object) -> str:
