@@ -60,10 +60,12 @@ def own_files(policy: SandboxPolicy) -> list[Path]:
     return [p for p in dict.fromkeys(real_own(c) for c in candidates if c is not None) if p.exists()]
 
 
-def _pins(target: Path, real_roots: tuple[Path, ...]) -> list[tuple[str, Path]]:
-    """A pin for every directory strictly between the outermost root holding `target` and `target`."""
+@functools.lru_cache(maxsize=1024)
+def _pins(target: Path, real_roots: tuple[Path, ...]) -> tuple[tuple[str, Path], ...]:
+    """A pin for every directory strictly between the outermost root holding `target` and `target`
+    (paths alone, no file system: kept, as every bash launch asks the same)."""
     top = min((r for r in real_roots if within(target, r)), key=lambda r: len(r.parts))
-    return [("pin", p) for p in reversed(target.parents) if top in p.parents]
+    return tuple(("pin", p) for p in reversed(target.parents) if top in p.parents)
 
 
 def real_roots(roots: tuple[Path, ...]) -> dict[Path, Path]:
