@@ -48,14 +48,26 @@ def _answer(request_id: int | str, text: str = "") -> types.JSONRPCMessage:
     return types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result={"text": text})
 
 
+FOLLOWING = "(still following its request)"
+
+
 async def _replayed(store: SessionEvents, last_event_id: str) -> tuple[str | None, list[str]]:
+    """What a resume from `last_event_id` sends until it ends, or until it waits for its request's next event
+    (then the stream is `FOLLOWING`)."""
     sent: list[str] = []
+    ended: list[str | None] = []
 
     async def send(event: object) -> None:
         sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
 
-    stream = await store.replay_events_after(last_event_id, send)  # type: ignore[arg-type]
-    return stream, sent
+    async def replay() -> None:
+        ended.append(await store.replay_events_after(last_event_id, send))  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(replay)
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    return (ended[0] if ended else FOLLOWING), sent
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -69,7 +81,7 @@ async def test_a_sessions_store_keeps_its_newest_events_up_to_its_bound():
     assert store.count == 3
     assert await _replayed(store, first) == (None, [])  # the priming event was dropped first
     stream, sent = await _replayed(store, ids[1])
-    assert stream == "1"
+    assert stream == FOLLOWING
     assert [s for s in sent if "n2" in s or "n3" in s] == sent and len(sent) == 2
 
 
@@ -133,8 +145,101 @@ async def test_a_request_id_used_again_replays_only_its_own_new_stream():
     again = await store.store_event("1", None)  # the same id, a new request after the first was answered
     await store.store_event("1", _note("new call"))
     stream, sent = await _replayed(store, again)
-    assert stream == "1"
+    assert stream == FOLLOWING
     assert len(sent) == 1 and "new call" in sent[0]
+
+
+async def test_a_resumed_call_gets_what_its_request_sends_next_and_its_stream_ends_with_the_answer():
+    store = HubEvents().new()
+    priming = await store.store_event("1", None)
+    await store.store_event("1", _note("before"))
+    sent: list[str] = []
+    ended: list[str | None] = []
+
+    async def send(event: object) -> None:
+        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
+
+    async def resume() -> None:
+        ended.append(await store.replay_events_after(priming, send))  # type: ignore[arg-type]
+
+    with deadline(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(resume)
+            await until(lambda: len(sent) == 1, "the missed event")
+            await store.store_event("1", _note("meanwhile"))  # routed while the client is back: not lost
+            await store.store_event("2", _note("another call's"))
+            await store.store_event("1", _answer(1, "done"))
+    assert ended == [None]  # the stream ends with its answer; the SDK does not follow it again
+    assert ["before" in sent[0], "meanwhile" in sent[1], "done" in sent[2]] == [True] * 3 and len(sent) == 3
+
+
+async def test_resuming_an_answered_call_replays_through_the_answer_and_ends():
+    store = HubEvents(session_bytes=400).new()
+    priming = await store.store_event("1", None)
+    await store.store_event("1", _answer(1, "kept"))
+    with deadline(10):
+        stream, sent = await _replayed(store, priming)
+    assert stream is None and len(sent) == 1 and "kept" in sent[0]
+    other = await store.store_event("2", None)
+    await store.store_event("2", _answer(2, "x" * 1000))  # sent, too long to keep
+    with deadline(10):
+        assert await _replayed(store, other) == (None, [])  # over all the same: nothing to wait for
+
+
+async def _follow(store: SessionEvents, last_event_id: str, sent: list[str], ended: list[str | None]) -> None:
+    async def send(event: object) -> None:
+        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
+
+    ended.append(await store.replay_events_after(last_event_id, send))  # type: ignore[arg-type]
+
+
+async def test_a_followed_stream_ends_when_the_session_closes():
+    store = HubEvents().new()
+    priming = await store.store_event("1", None)
+    sent: list[str] = []
+    ended: list[str | None] = []
+    with deadline(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_follow, store, priming, sent, ended)
+            await anyio.wait_all_tasks_blocked()
+            assert not ended
+            store.close()
+    assert ended == [None] and sent == []
+
+
+async def test_a_reader_too_slow_for_the_bound_is_ended_without_holding_up_the_router():
+    store = HubEvents(session_events=5).new()
+    priming = await store.store_event("1", None)
+    stuck = anyio.Event()
+    sent: list[str] = []
+
+    async def slow(event: object) -> None:
+        await stuck.wait()
+        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
+
+    ended: list[str | None] = []
+
+    async def follow() -> None:
+        ended.append(await store.replay_events_after(priming, slow))  # type: ignore[arg-type]
+
+    with deadline(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.wait_all_tasks_blocked()
+            for i in range(8):
+                await store.store_event("1", _note(f"n{i}"))  # each returns at once
+            stuck.set()
+    assert ended == [None]  # the stream ended: the client resumes from the last event it read
+    assert 5 <= len(sent) <= 7 and "n0" in sent[0]
+
+
+async def test_the_standalone_streams_id_goes_back_to_the_sdk_after_its_replay():
+    store = HubEvents().new()
+    priming = await store.store_event("_GET_stream", None)
+    await store.store_event("_GET_stream", _note("listed"))
+    with deadline(10):
+        stream, sent = await _replayed(store, priming)
+    assert stream == "_GET_stream" and len(sent) == 1
 
 
 async def test_event_ids_of_two_sessions_share_nothing_guessable():
@@ -200,7 +305,13 @@ class Session:
 
 @asynccontextmanager
 async def _session(hub: Hub, token: str) -> AsyncIterator[Session]:
-    base = {**HEADERS, "Authorization": f"Bearer {token}"}
+    async with _raw_session(hub.url, {"Authorization": f"Bearer {token}"}) as session:
+        yield session
+
+
+@asynccontextmanager
+async def _raw_session(url: str, auth: dict[str, str] | None = None) -> AsyncIterator[Session]:
+    base = {**HEADERS, **(auth or {})}
     initialize = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -208,11 +319,11 @@ async def _session(hub: Hub, token: str) -> AsyncIterator[Session]:
         "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
     }
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http:
-        opened = await http.post(hub.url, json=initialize, headers=base)
+        opened = await http.post(url, json=initialize, headers=base)
         assert opened.status_code == 200, opened.text
         headers = {**base, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": VERSION}
-        await http.post(hub.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-        yield Session(http, hub.url, headers)
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        yield Session(http, url, headers)
 
 
 def _call(command: str, request_id: int = 1) -> dict[str, object]:
@@ -351,3 +462,44 @@ async def test_a_sessions_events_go_when_the_session_ends():
                 assert events.bytes > 0  # the answers to initialize and tools/list are kept
             await until(lambda: events.bytes == 0, "the ended session's events to go")
         http.should_exit = True
+
+
+async def test_an_answer_routed_while_the_client_resumes_reaches_the_resumed_stream():
+    """In-process, the SDK's transport with the hub's stores: the call's answer is released as the client's
+    resume reaches the store, and routed before the SDK would register the resumed stream (as a loaded
+    machine delays it). Handed back to the SDK, that answer was stored but sent nowhere: the stream waited
+    for good."""
+    go = anyio.Event()
+    events = HubEvents()
+
+    class Releasing(SessionEvents):
+        async def replay_events_after(self, last_event_id: str, send_callback: object) -> str | None:
+            go.set()
+            stream = await super().replay_events_after(last_event_id, send_callback)  # type: ignore[arg-type]
+            await anyio.sleep(0.2)  # a busy machine, between the replay and what the SDK does next
+            return stream
+
+    async def on_call_tool(ctx: object, params: object) -> types.CallToolResult:
+        close = ctx.close_sse_stream  # type: ignore[attr-defined]
+        assert close is not None
+        await close()
+        await go.wait()
+        return types.CallToolResult(content=[types.TextContent(type="text", text="answered-in-the-gap")])
+
+    server = Server("events", on_call_tool=on_call_tool)
+    app = server.streamable_http_app(retry_interval=RETRY_MS)
+    store_per_session(server.session_manager, lambda: Releasing(events))
+    port = free_port()
+    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    rest: list[Event] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(http.serve)
+        await until(lambda: http.started, "uvicorn to start")
+        with deadline(30):
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with _raw_session(url) as session:
+                first = await _post_until_closed(session, _call("-"))
+                assert first and not any("answered-in-the-gap" in e.data for e in first)
+                rest = await _resume(session, first[-1].id or "", until="answered-in-the-gap")
+        http.should_exit = True
+    assert "answered-in-the-gap" in rest[-1].data

@@ -11,6 +11,12 @@ go first (a client resuming from a dropped event then gets nothing replayed). A 
 in one session starts a new stream once its earlier stream has been answered, so a replay never
 mixes two requests. `StreamPolling` (`[hub] sse_poll_seconds`) closes the stream of a request still
 unanswered after that long, as SEP-1699 lets a server do: the client comes back with `Last-Event-ID`.
+
+A resumed request stream is followed here, not handed back to the SDK: `replay_events_after` sends
+what was missed and then what the request sends next, until its answer, and ends the stream there.
+The SDK's own hand-over (register a new stream after the replay returns) loses a message routed in
+between, and the closed POST stream's late clean-up can close the new one: under load a resumed call
+then never got its answer, or its stream ended without it.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from __future__ import annotations
 import logging
 import secrets
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -41,6 +47,8 @@ SESSION_BYTES = 8 << 20
 TOTAL_BYTES = 128 << 20
 """The most bytes of messages all sessions of one hub keep together."""
 _COMPACT_SLACK = 1024
+_STANDALONE = "_GET_stream"
+"""The SDK's stream id of the standalone GET stream: it has no answer, so the SDK follows it after a replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,20 @@ class _Event:
     """The request id (the SDK's stream id) and which of its streams (a request id may come again)."""
     data: bytes | None
     """The message as JSON (None: a priming event, nothing to replay)."""
+    answer: bool = False
+    """The request's response: its stream ends with it."""
+
+
+@dataclass(eq=False, slots=True)
+class _Follower:
+    """A resumed stream waiting for its request's next events (what `store_event` routes to it)."""
+
+    stream: tuple[str, int]
+    events: deque[tuple[str, _Event]] = field(default_factory=deque[tuple[str, _Event]])
+    bytes: int = 0
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    ended: bool = False
+    """The session closed, or the client read too slowly for the bound: the stream ends (it may resume)."""
 
 
 class HubEvents:
@@ -101,6 +123,7 @@ class SessionEvents(EventStore):
         """Each request id's current stream (how many times it has been used before)."""
         self._answered: set[str] = set()
         """Request ids whose current stream has its answer: the next event of that id starts another."""
+        self._followers: set[_Follower] = set()
         self.closed = False
 
     def holds(self, event_id: str) -> bool:
@@ -124,30 +147,75 @@ class SessionEvents(EventStore):
             self._answered.discard(stream_id)
             self._streams[stream_id] = self._streams.get(stream_id, 0) + 1
         stream = (stream_id, self._streams.get(stream_id, 0))
-        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and str(message.id) == stream_id:
+        answer = isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and str(message.id) == stream_id
+        if answer:
             self._answered.add(stream_id)
         data = None if message is None else message.model_dump_json(by_alias=True, exclude_unset=True).encode()
         size = len(data) if data is not None else 0
+        event = _Event(stream, data, answer)
+        if data is not None:
+            self._pass_on(event_id, event, size)
         if size > self._hub.session_bytes:
             return event_id  # sent, but too long to keep: a resume past it starts after it
-        self._events[event_id] = _Event(stream, data)
+        self._events[event_id] = event
         self._bytes += size
         self._hub.note_added(self, event_id, size)
         while self._events and (len(self._events) > self._hub.session_events or self._bytes > self._hub.session_bytes):
             self.forget(next(iter(self._events)))
         return event_id
 
+    def _pass_on(self, event_id: str, event: _Event, size: int) -> None:
+        for follower in self._followers:
+            if follower.stream != event.stream or follower.ended:
+                continue
+            follower.events.append((event_id, event))
+            follower.bytes += size
+            if len(follower.events) > self._hub.session_events or follower.bytes > self._hub.session_bytes:
+                follower.ended = True  # a client this slow resumes again, from the last event it read
+            follower.wake.set()
+
     async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        """Send the events of `last_event_id`'s stream after it; for a request's stream, also what comes
+        next, until its answer (None: the stream ends). The standalone stream's id goes back to the SDK."""
         event = self._events.get(last_event_id)
         if event is None:
             return None
-        after = False
-        for event_id, later in list(self._events.items()):
-            if after and later.stream == event.stream and later.data is not None:
-                message = types.jsonrpc_message_adapter.validate_json(later.data, by_name=False)
-                await send_callback(EventMessage(message, event_id))
-            after = after or event_id == last_event_id
-        return event.stream[0]
+        stream_id, generation = event.stream
+        missed = list(self._events.items())
+        missed = missed[[event_id for event_id, _ in missed].index(last_event_id) + 1 :]
+        if stream_id == _STANDALONE:
+            await self._send(((i, e) for i, e in missed if e.stream == event.stream), send_callback)
+            return stream_id
+        over = generation < self._streams.get(stream_id, 0) or stream_id in self._answered
+        follower = _Follower(event.stream, ended=over or self.closed)
+        self._followers.add(follower)  # before the first await: nothing stored from here on is missed
+        try:
+            if await self._send(((i, e) for i, e in missed if e.stream == event.stream), send_callback):
+                return None
+            while not follower.ended or follower.events:
+                if not follower.events:
+                    await follower.wake.wait()
+                    follower.wake = anyio.Event()
+                    continue
+                event_id, later = follower.events.popleft()
+                follower.bytes -= len(later.data or b"")
+                if await self._send(((event_id, later),), send_callback):
+                    return None
+            return None
+        finally:
+            self._followers.discard(follower)
+
+    @staticmethod
+    async def _send(events: Iterable[tuple[str, _Event]], send_callback: EventCallback) -> bool:
+        """Send events with a message; True once the request's answer was sent."""
+        for event_id, event in events:
+            if event.data is None:
+                continue
+            message = types.jsonrpc_message_adapter.validate_json(event.data, by_name=False)
+            await send_callback(EventMessage(message, event_id))
+            if event.answer:
+                return True
+        return False
 
     def forget(self, event_id: str) -> None:
         """Drop one event (a bound was reached); nothing when it is gone already."""
@@ -161,6 +229,9 @@ class SessionEvents(EventStore):
     def close(self) -> None:
         """The session ended: its events go (idempotent)."""
         self.closed = True
+        for follower in self._followers:
+            follower.ended = True
+            follower.wake.set()
         for event_id in list(self._events):
             self.forget(event_id)
         self._streams.clear()
