@@ -264,6 +264,16 @@ def main() -> None:
             p90 = statistics.median(r[tool][1] for r in rounds[version])
             cells.append(f"{p50:.3f} / {p90:.3f}")
         print(f"| {version or 'this checkout'} | " + " | ".join(cells) + " |")
+    for version in versions[1:]:
+        print(f"\nthis checkout minus {version}, p50 of each round paired with the same round's (ms):\n")
+        print("| tool | median difference | smallest | largest | rounds faster |\n|---|---|---|---|---|")
+        for tool in _TOOLS:
+            diffs = [ours[tool][0] - theirs[tool][0] for ours, theirs in zip(rounds[None], rounds[version], strict=True)]
+            faster = sum(d < 0 for d in diffs)
+            print(
+                f"| {tool} | {statistics.median(diffs):+.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} "
+                f"| {faster} of {len(diffs)} |"
+            )
 
 
 if __name__ == "__main__":
