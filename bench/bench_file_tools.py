@@ -268,7 +268,8 @@ def main() -> None:
         print(f"\nthis checkout minus {version}, p50 of each round paired with the same round's (ms):\n")
         print("| tool | median difference | smallest | largest | rounds faster |\n|---|---|---|---|---|")
         for tool in _TOOLS:
-            diffs = [ours[tool][0] - theirs[tool][0] for ours, theirs in zip(rounds[None], rounds[version], strict=True)]
+            pairs = zip(rounds[None], rounds[version], strict=True)
+            diffs = [ours[tool][0] - theirs[tool][0] for ours, theirs in pairs]
             faster = sum(d < 0 for d in diffs)
             print(
                 f"| {tool} | {statistics.median(diffs):+.3f} | {min(diffs):+.3f} | {max(diffs):+.3f} "
