@@ -55,9 +55,10 @@ def bash_environment(policy: SandboxPolicy, environ: Mapping[str, str] | None = 
     `OMEGA_SANDBOX=<mode>`. Nothing else of `environ` (default `os.environ`) reaches bash.
     """
     source = os.environ if environ is None else environ
+    items = list(source.items())  # os.environ decodes every name and value it yields: once
     env = {
         name: value
-        for name, value in source.items()
+        for name, value in items
         if (name in _INHERITED or name.startswith(_INHERITED_PREFIXES)) and not looks_secret(name)
     }
     env.setdefault("PATH", _DEFAULT_PATH)
@@ -71,8 +72,9 @@ def bash_environment(policy: SandboxPolicy, environ: Mapping[str, str] | None = 
         env["PIP_CACHE_DIR"] = str(cache / "pip")
     if policy.mode == "sandbox":
         env["OMEGA_SANDBOX_NETWORK_DISABLED"] = "1"
-    for name, value in source.items():
-        if _passed_through(name, policy.env_passthrough):
-            env[name] = value
+    if policy.env_passthrough:
+        for name, value in items:
+            if _passed_through(name, policy.env_passthrough):
+                env[name] = value
     env["OMEGA_SANDBOX"] = policy.mode
     return env

@@ -122,6 +122,45 @@ def own_dirs(policy: SandboxPolicy, warnings: list[str]) -> None:
             warnings.append(f"{directory} could not be made ({exc.strerror}): what appears there later is not hidden")
 
 
+_Placing = tuple[bool, tuple[tuple[str, Path], ...]]
+"""Where a hidden path that exists lies against the write roots: (it holds a root, the pins to keep it)."""
+_PLACINGS: dict[tuple[Path, ...], dict[Path, _Placing]] = {}
+_SOCKETS: dict[tuple[Path, ...], tuple[Path, ...]] = {}
+_MAX_ROOT_SETS = 64
+
+
+def _placings(real_roots: tuple[Path, ...]) -> dict[Path, _Placing]:
+    """The hidden paths already placed against these roots (pure path arithmetic on `real_own`, which
+    is resolved once a path exists): every bash launch asks again for the same few dozen paths."""
+    known = _PLACINGS.get(real_roots)
+    if known is None:
+        if len(_PLACINGS) >= _MAX_ROOT_SETS:
+            _PLACINGS.clear()
+        known = _PLACINGS[real_roots] = {}
+    return known
+
+
+def _place(path: Path, real_roots: tuple[Path, ...]) -> _Placing:
+    where = real_own(path)
+    if any(within(r, where) for r in real_roots):
+        return True, ()
+    return False, (_pins(where, real_roots) if any(within(where, r) for r in real_roots) else ())
+
+
+def _socket_places(real_roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The socket places neither inside a write root nor holding one: the ones to cover where they exist."""
+    places = _SOCKETS.get(real_roots)
+    if places is None:
+        if len(_SOCKETS) >= _MAX_ROOT_SETS:
+            _SOCKETS.clear()
+        places = _SOCKETS[real_roots] = tuple(
+            place
+            for place in map(Path, SOCKET_PLACES)
+            if not any(within(real_own(place), r) or within(r, real_own(place)) for r in real_roots)
+        )
+    return places
+
+
 def hiding(
     policy: SandboxPolicy, roots: tuple[Path, ...], warnings: list[str], reals: dict[Path, Path] | None = None
 ) -> tuple[tuple[Path, ...], tuple[tuple[str, Path], ...]]:
@@ -132,20 +171,20 @@ def hiding(
         own_dirs(policy, warnings)
     reals = reals or {}
     real_roots = tuple(reals.get(r) or real(r) for r in roots)
+    placings = _placings(real_roots)
     found: list[Path] = []
     pins: list[tuple[str, Path]] = []
     for path in policy.hidden_paths:
         if not os.path.lexists(path):
-            continue
-        where = real_own(path)
-        if any(within(r, where) for r in real_roots):
+            continue  # placed only once it exists: `real_own` keeps what it resolves
+        placing = placings.get(path)
+        if placing is None:
+            placing = placings[path] = _place(path, real_roots)
+        holds, keep = placing
+        if holds:
             warnings.append(f"{path} is not hidden from bash: it holds a write root")
             continue
         found.append(path)
-        if any(within(where, r) for r in real_roots):
-            pins.extend(_pins(where, real_roots))
-    for place in map(Path, SOCKET_PLACES):
-        place_real = real_own(place)
-        if os.path.lexists(place) and not any(within(place_real, r) or within(r, place_real) for r in real_roots):
-            found.append(place)
+        pins.extend(keep)
+    found.extend(place for place in _socket_places(real_roots) if os.path.lexists(place))
     return tuple(dict.fromkeys(found)), tuple(dict.fromkeys(pins))
