@@ -51,20 +51,31 @@ def _answer(request_id: int | str, text: str = "") -> types.JSONRPCMessage:
 FOLLOWING = "(still following its request)"
 
 
+async def _follow(
+    store: SessionEvents,
+    last_event_id: str,
+    sent: list[str],
+    ended: list[str | None],
+    held: anyio.Event | None = None,
+) -> None:
+    """Resume from `last_event_id`: each message sent goes to `sent` (each only once `held` is set, a
+    client that reads slowly), and what the replay returns to `ended` once the stream ends."""
+
+    async def send(event: object) -> None:
+        if held is not None:
+            await held.wait()
+        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
+
+    ended.append(await store.replay_events_after(last_event_id, send))  # type: ignore[arg-type]
+
+
 async def _replayed(store: SessionEvents, last_event_id: str) -> tuple[str | None, list[str]]:
     """What a resume from `last_event_id` sends until it ends, or until it waits for its request's next event
     (then the stream is `FOLLOWING`)."""
     sent: list[str] = []
     ended: list[str | None] = []
-
-    async def send(event: object) -> None:
-        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
-
-    async def replay() -> None:
-        ended.append(await store.replay_events_after(last_event_id, send))  # type: ignore[arg-type]
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(replay)
+        tg.start_soon(_follow, store, last_event_id, sent, ended)
         await anyio.wait_all_tasks_blocked()
         tg.cancel_scope.cancel()
     return (ended[0] if ended else FOLLOWING), sent
@@ -155,16 +166,9 @@ async def test_a_resumed_call_gets_what_its_request_sends_next_and_its_stream_en
     await store.store_event("1", _note("before"))
     sent: list[str] = []
     ended: list[str | None] = []
-
-    async def send(event: object) -> None:
-        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
-
-    async def resume() -> None:
-        ended.append(await store.replay_events_after(priming, send))  # type: ignore[arg-type]
-
     with deadline(10):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(resume)
+            tg.start_soon(_follow, store, priming, sent, ended)
             await until(lambda: len(sent) == 1, "the missed event")
             await store.store_event("1", _note("meanwhile"))  # routed while the client is back: not lost
             await store.store_event("2", _note("another call's"))
@@ -186,13 +190,6 @@ async def test_resuming_an_answered_call_replays_through_the_answer_and_ends():
         assert await _replayed(store, other) == (None, [])  # over all the same: nothing to wait for
 
 
-async def _follow(store: SessionEvents, last_event_id: str, sent: list[str], ended: list[str | None]) -> None:
-    async def send(event: object) -> None:
-        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
-
-    ended.append(await store.replay_events_after(last_event_id, send))  # type: ignore[arg-type]
-
-
 async def test_a_followed_stream_ends_when_the_session_closes():
     store = HubEvents().new()
     priming = await store.store_event("1", None)
@@ -212,19 +209,10 @@ async def test_a_reader_too_slow_for_the_bound_is_ended_without_holding_up_the_r
     priming = await store.store_event("1", None)
     stuck = anyio.Event()
     sent: list[str] = []
-
-    async def slow(event: object) -> None:
-        await stuck.wait()
-        sent.append(event.message.model_dump_json())  # type: ignore[attr-defined]
-
     ended: list[str | None] = []
-
-    async def follow() -> None:
-        ended.append(await store.replay_events_after(priming, slow))  # type: ignore[arg-type]
-
     with deadline(10):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(follow)
+            tg.start_soon(_follow, store, priming, sent, ended, stuck)
             await anyio.wait_all_tasks_blocked()
             for i in range(8):
                 await store.store_event("1", _note(f"n{i}"))  # each returns at once

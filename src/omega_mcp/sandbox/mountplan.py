@@ -124,20 +124,14 @@ def own_dirs(policy: SandboxPolicy, warnings: list[str]) -> None:
 
 _Placing = tuple[bool, tuple[tuple[str, Path], ...]]
 """Where a hidden path that exists lies against the write roots: (it holds a root, the pins to keep it)."""
-_PLACINGS: dict[tuple[Path, ...], dict[Path, _Placing]] = {}
-_SOCKETS: dict[tuple[Path, ...], tuple[Path, ...]] = {}
-_MAX_ROOT_SETS = 64
 
 
+@functools.lru_cache(maxsize=64)
 def _placings(real_roots: tuple[Path, ...]) -> dict[Path, _Placing]:
-    """The hidden paths already placed against these roots (pure path arithmetic on `real_own`, which
-    is resolved once a path exists): every bash launch asks again for the same few dozen paths."""
-    known = _PLACINGS.get(real_roots)
-    if known is None:
-        if len(_PLACINGS) >= _MAX_ROOT_SETS:
-            _PLACINGS.clear()
-        known = _PLACINGS[real_roots] = {}
-    return known
+    """The hidden paths already placed against these roots, filled in by `hiding` (pure path arithmetic
+    on `real_own`, which is resolved once a path exists): every bash launch asks again for the same
+    few dozen paths. One dict per set of roots, kept like `_pins`."""
+    return {}
 
 
 def _place(path: Path, real_roots: tuple[Path, ...]) -> _Placing:
@@ -147,18 +141,15 @@ def _place(path: Path, real_roots: tuple[Path, ...]) -> _Placing:
     return False, (_pins(where, real_roots) if any(within(where, r) for r in real_roots) else ())
 
 
+@functools.lru_cache(maxsize=64)
 def _socket_places(real_roots: tuple[Path, ...]) -> tuple[Path, ...]:
     """The socket places neither inside a write root nor holding one: the ones to cover where they exist."""
-    places = _SOCKETS.get(real_roots)
-    if places is None:
-        if len(_SOCKETS) >= _MAX_ROOT_SETS:
-            _SOCKETS.clear()
-        places = _SOCKETS[real_roots] = tuple(
-            place
-            for place in map(Path, SOCKET_PLACES)
-            if not any(within(real_own(place), r) or within(r, real_own(place)) for r in real_roots)
-        )
-    return places
+    places: list[Path] = []
+    for place in map(Path, SOCKET_PLACES):
+        where = real_own(place)
+        if not any(within(where, r) or within(r, where) for r in real_roots):
+            places.append(place)
+    return tuple(places)
 
 
 def hiding(

@@ -181,16 +181,17 @@ class SessionEvents(EventStore):
         if event is None:
             return None
         stream_id, generation = event.stream
-        missed = list(self._events.items())
-        missed = missed[[event_id for event_id, _ in missed].index(last_event_id) + 1 :]
+        kept = list(self._events.items())
+        start = next(n for n, (event_id, _) in enumerate(kept) if event_id == last_event_id) + 1
+        missed = [(event_id, later) for event_id, later in kept[start:] if later.stream == event.stream]
         if stream_id == _STANDALONE:
-            await self._send(((i, e) for i, e in missed if e.stream == event.stream), send_callback)
+            await self._send(missed, send_callback)
             return stream_id
         over = generation < self._streams.get(stream_id, 0) or stream_id in self._answered
         follower = _Follower(event.stream, ended=over or self.closed)
         self._followers.add(follower)  # before the first await: nothing stored from here on is missed
         try:
-            if await self._send(((i, e) for i, e in missed if e.stream == event.stream), send_callback):
+            if await self._send(missed, send_callback):
                 return None
             while not follower.ended or follower.events:
                 if not follower.events:
