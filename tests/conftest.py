@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import whole_omega
 from omega_mcp.sandbox.policy import SandboxPolicy
 from waits import FACTOR, scaled
 
@@ -40,6 +41,23 @@ E2E_MODULES = frozenset(
         "tests/proxy/test_pins.py",
         "tests/agent/test_cli_interrupts.py",  # `omega-mcp agent` per test: bounded retries, then SIGINT
         "tests/server/test_process.py",  # `serve` over stdio per test: signals, stdio that is no pipe
+        "tests/server/test_first_contact.py",
+        "tests/fastpath/test_relay.py",  # `serve` relaying to a stdio server, per test
+        "tests/cli/test_config_problems_cli.py",
+        # A hub for the whole module (a module-scoped fixture) that every test talks to:
+        "tests/server/test_hidden_down.py",
+        "tests/server/test_param_headers.py",
+        "tests/server/test_profile_offers.py",
+        "tests/server/test_session_dirs.py",
+        "tests/security/test_client_trees.py",
+        # Attacks on whole omega processes (the attacks on a Toolbox, as an unprivileged account, stay fast):
+        "tests/security/test_trust.py",
+        "tests/security/test_server_confinement.py",
+        "tests/security/test_agent_terminal.py",
+        "tests/security/test_hostile_lines.py",
+        "tests/security/test_message_flood.py",
+        "tests/security/test_root_namespace.py",
+        "tests/security/test_unprivileged.py",
     }
 )
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,9 +65,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the `e2e` marker and scale pytest-timeout's bound by the suite's one time factor
-    (`waits.FACTOR`), unless `--timeout` was given."""
+    """Register the `e2e` marker and the rule that keeps it (`tests/whole_omega.py`), and scale
+    pytest-timeout's bound by the suite's one time factor (`waits.FACTOR`), unless `--timeout` was given."""
     config.addinivalue_line("markers", "e2e: a slow end-to-end scenario (real third-party parts or whole CLI runs)")
+    config.pluginmanager.register(whole_omega, "whole_omega")  # a test that starts omega must be e2e
     if config.getoption("timeout", None) is None:
         ini = config.getini("timeout")
         if ini:

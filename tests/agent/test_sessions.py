@@ -236,6 +236,7 @@ def sessions_dir(tmp_path: Path) -> Path:
     return tmp_path / "home" / "sessions"
 
 
+@pytest.mark.e2e
 def test_continue_sends_what_one_unbroken_conversation_sends(tmp_path: Path, fakes: Callable[[], Fake]) -> None:
     """The same two prompts, once in one interactive conversation and once as a run and its
     `--continue`: the request for the second prompt is the same, byte for byte (the signed
@@ -284,6 +285,7 @@ def flat(message: dict[str, Any]) -> tuple[str, str]:
     return message["role"], text
 
 
+@pytest.mark.e2e
 def test_resume_by_id_and_the_listing(tmp_path: Path, fake: Fake) -> None:
     for prompt in ("first session", "second session"):
         argv, env = cli(tmp_path, fake, prompt)
@@ -307,6 +309,7 @@ def test_resume_by_id_and_the_listing(tmp_path: Path, fake: Fake) -> None:
 
 
 @pytest.mark.parametrize("session_id", ["0123abcd", "../../servers"])
+@pytest.mark.e2e
 def test_an_unknown_or_tricky_id_exits_2_and_points_at_the_listing(tmp_path: Path, fake: Fake, session_id) -> None:
     argv, env = cli(tmp_path, fake, "hi", "--resume", session_id)
     done = run(argv, env, tmp_path)
@@ -315,6 +318,7 @@ def test_an_unknown_or_tricky_id_exits_2_and_points_at_the_listing(tmp_path: Pat
     assert fake.bodies == []
 
 
+@pytest.mark.e2e
 def test_continue_and_resume_do_not_go_together(tmp_path: Path, fake: Fake) -> None:
     argv, env = cli(tmp_path, fake, "hi", "--continue", "--resume", "0123abcd")
     done = run(argv, env, tmp_path)

@@ -67,6 +67,7 @@ def ask_and_answer(term: Terminal, path: Path, content: str, key: bytes) -> str:
     return term.prompt()
 
 
+@pytest.mark.e2e
 def test_approve_once_writes_the_file(term: Terminal, fake: Fake, outside: Path) -> None:
     target = outside / "once.txt"
     screen = ask_and_answer(term, target, "one", b"o")
@@ -79,6 +80,7 @@ def test_approve_once_writes_the_file(term: Terminal, fake: Fake, outside: Path)
     assert term.wait_exit() == 0, term.screen
 
 
+@pytest.mark.e2e
 def test_approve_for_the_session_writes_and_does_not_ask_again_for_that_path(
     term: Terminal, fake: Fake, outside: Path
 ) -> None:
@@ -95,6 +97,7 @@ def test_approve_for_the_session_writes_and_does_not_ask_again_for_that_path(
 
 
 @pytest.mark.parametrize("key", [b"d", b"n", b"\r", b"\x03"], ids=["d", "n", "Enter", "Ctrl-C"])
+@pytest.mark.e2e
 def test_a_denial_reaches_the_model_as_operation_canceled(term: Terminal, fake: Fake, outside: Path, key) -> None:
     target = outside / "denied.txt"
     screen = ask_and_answer(term, target, "no", key)
@@ -109,6 +112,7 @@ def test_a_denial_reaches_the_model_as_operation_canceled(term: Terminal, fake: 
     assert term.wait_exit() == 0, term.screen
 
 
+@pytest.mark.e2e
 def test_without_a_terminal_the_write_is_denied_with_the_reason(tmp_path: Path, fake: Fake, outside: Path) -> None:
     target = outside / "x.txt"
     argv, env = cli(tmp_path, fake, f"write {target} data", mode="sandbox", on_denied="ask")
@@ -120,6 +124,7 @@ def test_without_a_terminal_the_write_is_denied_with_the_reason(tmp_path: Path, 
     assert not target.exists()
 
 
+@pytest.mark.e2e
 def test_blocklisted_paths_are_never_asked(tmp_path: Path, fake: Fake, term: Terminal) -> None:
     config = tmp_path / "servers.toml"
     before = config.read_text()

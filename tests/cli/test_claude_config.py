@@ -41,6 +41,7 @@ def _entry(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return json.loads(proc.stdout)["mcpServers"]["omega"]  # stdout is pure JSON or this fails
 
 
+@pytest.mark.e2e
 def test_the_workspace_defaults_to_the_project_directory_and_omega_home_is_kept(tmp_path: Path):
     project = tmp_path / "my-project"
     project.mkdir()
@@ -51,6 +52,7 @@ def test_the_workspace_defaults_to_the_project_directory_and_omega_home_is_kept(
     assert entry["alwaysLoad"] is True  # else Claude Code defers omega's tools behind its own tool search
 
 
+@pytest.mark.e2e
 def test_standalone_prints_the_serve_entry_of_before(tmp_path: Path):
     project = tmp_path / "my-project"
     project.mkdir()
@@ -59,6 +61,7 @@ def test_standalone_prints_the_serve_entry_of_before(tmp_path: Path):
     assert "alwaysLoad" not in entry
 
 
+@pytest.mark.e2e
 def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_path: Path):
     project = tmp_path / "my-project"
     project.mkdir()
@@ -78,6 +81,7 @@ def test_config_workspace_and_mode_are_written_in_order_and_made_absolute(tmp_pa
     ]
 
 
+@pytest.mark.e2e
 def test_without_omega_home_the_entry_sets_no_environment(tmp_path: Path):
     env = _env(tmp_path)
     del env["OMEGA_HOME"]
@@ -86,6 +90,7 @@ def test_without_omega_home_the_entry_sets_no_environment(tmp_path: Path):
     assert "--mode" not in entry["args"]
 
 
+@pytest.mark.e2e
 async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project(tmp_path: Path):
     project = tmp_path / "my-project"
     project.mkdir()
@@ -104,6 +109,7 @@ async def test_the_printed_entry_starts_an_omega_whose_tools_work_in_the_project
     assert (project / "note.txt").read_text() == "made\n"
 
 
+@pytest.mark.e2e
 def test_http_prints_pure_json_and_says_on_stderr_how_to_provide_the_token(tmp_path: Path):
     proc = _claude_config(tmp_path, "--http", "http://127.0.0.1:8765/mcp", env=_env(tmp_path))
     entry = _entry(proc)
@@ -117,6 +123,7 @@ def test_http_prints_pure_json_and_says_on_stderr_how_to_provide_the_token(tmp_p
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_http_with_a_workspace_or_mode_is_a_usage_error(tmp_path: Path):
     for extra in (["--workspace", str(tmp_path)], ["--mode", "rx"]):
         proc = _claude_config(tmp_path, "--http", "http://127.0.0.1:8765/mcp", *extra, env=_env(tmp_path))

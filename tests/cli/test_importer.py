@@ -86,6 +86,7 @@ def test_an_invalid_target_is_not_overwritten(tmp_path: Path):
     assert target.read_text() == "[servers.x\n"
 
 
+@pytest.mark.e2e
 def test_import_command_line(tmp_path: Path):
     target = tmp_path / "servers.toml"
     target.write_text("")
@@ -125,6 +126,7 @@ def test_an_entry_the_config_would_refuse_is_skipped_and_the_rest_imported(tmp_p
     assert list(load_config(target, environ={}).servers) == ["good"]
 
 
+@pytest.mark.e2e
 def test_import_command_line_creates_the_config_named_by_the_flag(tmp_path: Path):
     target = tmp_path / "new" / "servers.toml"
     env = {**os.environ, "OMEGA_HOME": str(tmp_path / "home")}
@@ -181,6 +183,7 @@ def test_import_reports_each_unset_variable_an_imported_server_uses(tmp_path: Pa
     assert load_config(target, environ={}).server_problem("brave") is not None
 
 
+@pytest.mark.e2e
 def test_import_command_line_warns_about_an_unset_variable_in_one_line(tmp_path: Path):
     data = {"mcpServers": {"brave": {"command": "npx", "env": {"BRAVE_API_KEY": "${OMEGA_TEST_UNSET_BRAVE_KEY}"}}}}
     target = tmp_path / "servers.toml"

@@ -141,6 +141,7 @@ async def test_two_servers_tool_results_name_each_its_own_ui(rwx_policy: Sandbox
 
 
 @MODES
+@pytest.mark.e2e
 async def test_through_serve_over_stdio_tool_results_name_each_its_own_ui(tmp_path: Path, mode: str):
     """`serve` over stdio relays calls to stdio servers as plain JSON (fastpath/relay.py): the same rewriting."""
     tables = "".join(

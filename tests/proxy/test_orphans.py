@@ -72,6 +72,7 @@ def markers() -> Iterator[Markers]:
     made.kill_leftovers()
 
 
+@pytest.mark.e2e
 def test_a_downstream_server_that_ignores_eof_dies_when_omega_is_sigkilled(tmp_path: Path):
     pid_file = tmp_path / "server.pid"
     args = json.dumps([str(ECHO_SERVER), "--ignore-eof", "--pid-file", str(pid_file)])
@@ -91,6 +92,7 @@ def test_a_downstream_server_that_ignores_eof_dies_when_omega_is_sigkilled(tmp_p
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_background_shell_dies_when_omega_is_sigkilled(tmp_path: Path, markers: Markers):
     marker = markers()
     proc = _serve(tmp_path)

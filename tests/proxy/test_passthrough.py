@@ -522,6 +522,7 @@ def omega_serve(tmp_path: Path, extra: str = "", **env: str) -> StdioServerParam
 
 
 @MODES
+@pytest.mark.e2e
 async def test_through_the_cli_a_stdio_servers_requests_reach_the_client(tmp_path: Path, mode: str):
     callbacks = {"sampling_callback": answer_sampling, "list_roots_callback": client_roots}
     async with mcp.Client(omega_serve(tmp_path), mode=mode, **callbacks) as c:
@@ -534,6 +535,7 @@ async def test_through_the_cli_a_stdio_servers_requests_reach_the_client(tmp_pat
 
 
 @MODES
+@pytest.mark.e2e
 async def test_through_the_cli_a_stdio_servers_request_while_a_prompt_is_got_reaches_the_client(
     tmp_path: Path, mode: str
 ):
@@ -546,6 +548,7 @@ async def test_through_the_cli_a_stdio_servers_request_while_a_prompt_is_got_rea
 
 
 @MODES
+@pytest.mark.e2e
 async def test_through_the_cli_a_client_without_callbacks_gets_a_clean_decline(tmp_path: Path, mode: str):
     async with mcp.Client(omega_serve(tmp_path), mode=mode) as c:
         first = await c.call_tool("mcp__s__ask", {"text": "x"})
@@ -554,6 +557,7 @@ async def test_through_the_cli_a_client_without_callbacks_gets_a_clean_decline(t
     assert text_of(second).startswith("error -32600:")
 
 
+@pytest.mark.e2e
 async def test_through_the_cli_cancelling_a_relayed_call_reaches_the_downstream_and_its_request(tmp_path: Path):
     asked, client_cancelled = anyio.Event(), anyio.Event()
 
@@ -612,6 +616,7 @@ def http_hub(tmp_path: Path) -> Iterator[str]:
 
 
 @MODES
+@pytest.mark.e2e
 async def test_over_the_http_hub_each_client_answers_its_own_calls_requests(http_hub: str, mode: str):
     def answering(who: str) -> Any:
         async def answer(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:

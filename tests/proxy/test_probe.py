@@ -63,6 +63,7 @@ async def test_a_server_the_probe_crashed_is_asked_the_handshake_alone_from_then
 
 
 @pytest.mark.parametrize("args", [[str(LENIENT)], [str(FRAGILE), "crash"]], ids=["empty-result", "crash"])
+@pytest.mark.e2e
 def test_a_handshake_only_server_started_before_the_sdk_loads_connects(tmp_path: Path, args: list[str]):
     server = f"[servers.old]\ncommand = {json.dumps(sys.executable)}\nargs = {json.dumps(args)}\n"
     proc = run_omega(tmp_path, "call", "mcp__old__ping", "{}", "--config", str(rwx_config(tmp_path, server)))

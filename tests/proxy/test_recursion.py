@@ -115,6 +115,7 @@ def _config(tmp_path: Path, command: str, args: list[str]) -> Path:
     return config
 
 
+@pytest.mark.e2e
 def test_a_server_entry_that_is_omega_is_never_started(tmp_path: Path) -> None:
     config = tmp_path / "servers.toml"
     config = _config(tmp_path, sys.executable, ["-m", "omega_mcp", "serve", "--config", str(config)])
@@ -125,6 +126,7 @@ def test_a_server_entry_that_is_omega_is_never_started(tmp_path: Path) -> None:
     assert _omega_processes(str(config)) == []
 
 
+@pytest.mark.e2e
 def test_omega_hidden_behind_a_wrapper_script_stops_at_once_and_leaves_no_process(tmp_path: Path) -> None:
     config = tmp_path / "servers.toml"
     wrapper = tmp_path / "start-server.sh"

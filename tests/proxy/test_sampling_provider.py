@@ -490,6 +490,7 @@ def fake_openai() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         thread.join(5)
 
 
+@pytest.mark.e2e
 async def test_through_the_cli_a_client_that_cannot_sample_gets_the_providers_answer(
     tmp_path: Path, fake_openai: tuple[str, list[dict[str, Any]]]
 ):

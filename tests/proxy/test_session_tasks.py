@@ -181,6 +181,7 @@ async def test_a_waiting_task_result_ends_when_the_session_connection_stops_or_d
                 await until(lambda: not downstreams.pool.running("t"), "the connection to be gone")
 
 
+@pytest.mark.e2e
 async def test_tasks_of_a_share_session_server_through_the_http_hub_belong_to_each_session(tmp_path: Path):
     config = tmp_path / "omega.toml"
     config.write_text(

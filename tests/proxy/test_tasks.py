@@ -83,6 +83,7 @@ async def test_tasks_are_declared_to_a_tasks_era_client_only(rwx_policy: Sandbox
 
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-06-18", "2025-11-25"])
+@pytest.mark.e2e
 def test_serve_declares_tasks_only_to_a_client_of_the_version_that_defines_them(tmp_path: Path, version: str):
     initialize = {
         "jsonrpc": "2.0",
@@ -361,6 +362,7 @@ async def test_server_everythings_research_query_asks_its_client_through_omega(r
             assert "historical" in text(result)
 
 
+@pytest.mark.e2e
 async def test_tasks_through_the_http_hub_belong_to_the_session_that_made_them(tmp_path: Path):
     config = tmp_path / "omega.toml"
     config.write_text(f"[servers.t]\ncommand = {sys.executable!r}\nargs = [{str(TASK_SERVER)!r}]\n")

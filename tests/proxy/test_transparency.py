@@ -42,6 +42,7 @@ async def test_a_downstreams_json_rpc_error_reaches_the_client_as_that_error(rwx
 
 
 @MODES
+@pytest.mark.e2e
 async def test_through_the_relay_a_stdio_servers_json_rpc_error_reaches_the_client(tmp_path: Path, mode: str):
     ws = tmp_path / "ws"
     ws.mkdir()

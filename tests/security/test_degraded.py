@@ -59,6 +59,7 @@ def _layers(tmp_path: Path, mode: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("mode", ["nouserns", "nomount"])
+@pytest.mark.e2e
 def test_without_namespaces_bash_runs_under_landlock_and_the_rest_is_reported_off(
     tmp_path: Path, outside: Path, mode: str
 ) -> None:
@@ -75,6 +76,7 @@ def test_without_namespaces_bash_runs_under_landlock_and_the_rest_is_reported_of
     assert why in layers["pid_namespace"] and "Operation not permitted" in layers["pid_namespace"], layers
 
 
+@pytest.mark.e2e
 def test_without_landlock_sandbox_bash_fails_closed_with_one_line_saying_what_to_do(
     tmp_path: Path, outside: Path
 ) -> None:

@@ -86,6 +86,7 @@ async def test_bash_cannot_read_list_or_connect_under_state_and_run_made_after_i
     assert "hub.sock" not in lines and "CONNECTED" not in lines, later
 
 
+@pytest.mark.e2e
 async def test_a_confined_server_cannot_read_a_token_saved_after_it_started(base: Path) -> None:
     home, fake_home = base / "omega", base / "home"
     fake_home.mkdir()

@@ -62,6 +62,7 @@ def _plant_python(ws: Path, marker: Path) -> None:
 _TIME = '[servers.time]\ncommand = "${OMEGA_PYTHON}"\nargs = ["-m", "mcp_server_time"]\n'
 
 
+@pytest.mark.e2e
 def test_a_module_planted_in_the_workspace_is_not_imported_by_a_python_server(tmp_path: Path) -> None:
     pytest.importorskip("mcp_server_time", reason="mcp-server-time is a dev dependency (pip install -e .[dev])")
     ws, config = _project(tmp_path, _TIME)
@@ -132,6 +133,7 @@ def _npx_server(tmp_path: Path, package: str) -> str:
 _PACKAGE = "omega-planted-probe-7f3a"
 
 
+@pytest.mark.e2e
 def test_a_package_planted_in_node_modules_is_not_run_by_npx(tmp_path: Path) -> None:
     ws, config = _project(tmp_path, _npx_server(tmp_path, _PACKAGE))
     marker = tmp_path / "marker"
@@ -140,6 +142,7 @@ def test_a_package_planted_in_node_modules_is_not_run_by_npx(tmp_path: Path) -> 
     assert not marker.exists(), marker.read_text()
 
 
+@pytest.mark.e2e
 def test_a_node_modules_planted_above_the_servers_directory_refuses_the_server(tmp_path: Path) -> None:
     """npm puts the node_modules/.bin of every directory above its cwd on PATH; $OMEGA_HOME lies in
     /tmp here, where the tools may write."""
@@ -151,6 +154,7 @@ def test_a_node_modules_planted_above_the_servers_directory_refuses_the_server(t
     assert f"pkg: failed: not started: {tmp_path / 'node_modules'} lies above" in done.stdout, done.stdout
 
 
+@pytest.mark.e2e
 def test_the_file_tools_cannot_plant_node_modules_in_omegas_home(tmp_path: Path) -> None:
     ws, config = _project(tmp_path, "")
     target = tmp_path / "home" / "node_modules" / ".bin" / _PACKAGE
@@ -160,6 +164,7 @@ def test_the_file_tools_cannot_plant_node_modules_in_omegas_home(tmp_path: Path)
 
 
 @pytest.mark.parametrize("where", ["workspace", "write_root", "omega_home", "tmp"])
+@pytest.mark.e2e
 def test_an_unconfined_server_whose_cwd_lies_in_a_write_root_is_refused_naming_the_setting(
     tmp_path: Path, where: str
 ) -> None:
@@ -188,6 +193,7 @@ def test_an_unconfined_server_whose_cwd_lies_in_a_write_root_is_refused_naming_t
 
 
 @pytest.mark.parametrize("unconfined", [True, False])
+@pytest.mark.e2e
 def test_a_server_whose_program_lies_in_the_workspace_never_runs_unconfined(tmp_path: Path, unconfined: bool) -> None:
     """`sandbox = "none"`: refused, naming the setting; without it the program runs confined, so its write
     outside its own directories (the marker) is denied and it dies."""

@@ -174,6 +174,7 @@ _DEVELOPED = ["script", "module", "uvdir", "node", "incwd"]
 
 
 @pytest.mark.parametrize("server", _DEVELOPED)
+@pytest.mark.e2e
 async def test_a_server_developed_in_the_workspace_answers_confined(
     client: mcp.Client, place: Place, server: str
 ) -> None:
@@ -190,6 +191,7 @@ async def test_a_server_developed_in_the_workspace_answers_confined(
     assert "the project's own file" in await _attempt(client, server, "read", readme)  # it still reads its code
 
 
+@pytest.mark.e2e
 async def test_the_control_outside_every_write_root_runs_unconfined(client: mcp.Client, place: Place) -> None:
     target = place.outside / "control.txt"
     assert (await _attempt(client, "control", "write", target)).startswith("allowed")
@@ -197,6 +199,7 @@ async def test_the_control_outside_every_write_root_runs_unconfined(client: mcp.
     assert _SECRET in await _attempt(client, "control", "read", place.home / ".ssh" / "id_rsa")
 
 
+@pytest.mark.e2e
 def test_tools_shows_them_confined_and_refuses_sandbox_none_naming_the_setting_and_path(place: Place) -> None:
     servers = _servers_json(place)
     refused = servers["refused"]
@@ -256,6 +259,7 @@ def test_named_paths_splits_flags_and_lists(tmp_path: Path) -> None:
     assert untrusted.named_paths("UTC", tmp_path) == []
 
 
+@pytest.mark.e2e
 async def test_a_server_whose_cwd_is_in_the_workspace_runs_there_but_cannot_write_it(
     client: mcp.Client, place: Place
 ) -> None:

@@ -37,6 +37,7 @@ def _text(result: object) -> str:
     return result.content[0].text  # type: ignore[attr-defined]
 
 
+@pytest.mark.e2e
 async def test_a_client_holds_at_most_max_sessions_per_client(hub: Hub) -> None:
     async with hub_client(hub.url, ALICE), hub_client(hub.url, ALICE):
         with pytest.raises(Exception) as refused:
@@ -50,6 +51,7 @@ async def test_a_client_holds_at_most_max_sessions_per_client(hub: Hub) -> None:
         assert not (await again.call_tool("bash", {"command": "true"})).is_error
 
 
+@pytest.mark.e2e
 async def test_a_client_runs_at_most_8_background_shells_over_all_its_sessions(hub: Hub) -> None:
     background = {"command": "sleep 1000", "run_in_background": True}
     async with hub_client(hub.url, ALICE) as first, hub_client(hub.url, ALICE) as second:

@@ -340,6 +340,7 @@ async def _resume(session: Session, last_event_id: str, until: str | None = None
     return got
 
 
+@pytest.mark.e2e
 async def test_a_call_stream_opens_with_a_priming_event_and_retry(hub: Hub):
     async with _session(hub, ALICE) as session:
         events = await _post_until_closed(session, _call("echo quick"))
@@ -347,6 +348,7 @@ async def test_a_call_stream_opens_with_a_priming_event_and_retry(hub: Hub):
     assert "quick" in events[-1].data and events[-1].id
 
 
+@pytest.mark.e2e
 async def test_a_call_unanswered_past_sse_poll_seconds_is_resumed_with_last_event_id(hub: Hub):
     work = hub.log.parent / "ws"
     async with _session(hub, ALICE) as session:
@@ -360,6 +362,7 @@ async def test_a_call_unanswered_past_sse_poll_seconds_is_resumed_with_last_even
     assert "answered-late" in rest[-1].data
 
 
+@pytest.mark.e2e
 async def test_a_client_that_drops_its_connection_gets_the_answer_on_resuming(hub: Hub):
     work = hub.log.parent / "ws"
     async with _session(hub, BOB) as session:
@@ -373,6 +376,7 @@ async def test_a_client_that_drops_its_connection_gets_the_answer_on_resuming(hu
     assert "answered-dropped" in rest[-1].data
 
 
+@pytest.mark.e2e
 async def test_another_sessions_last_event_id_replays_none_of_its_events(hub: Hub):
     async with _session(hub, BOB) as bob, _session(hub, ALICE) as alice:
         with deadline(30):
@@ -386,6 +390,7 @@ async def test_another_sessions_last_event_id_replays_none_of_its_events(hub: Hu
                 assert not any("bobs-secret" in e.data for e in stolen), stolen
 
 
+@pytest.mark.e2e
 async def test_the_sdk_client_gets_the_answer_of_a_call_the_hub_polls(hub: Hub):
     work = hub.log.parent / "ws"
     resumed = anyio.Event()
@@ -412,6 +417,7 @@ async def test_the_sdk_client_gets_the_answer_of_a_call_the_hub_polls(hub: Hub):
     assert "answered-sdk" in result.content[0].text  # type: ignore[union-attr]
 
 
+@pytest.mark.e2e
 async def test_a_polled_call_keeps_the_draining_hub_until_it_is_answered_and_resumed(hub: Hub):
     work = hub.log.parent / "ws"
     async with _session(hub, ALICE) as session:

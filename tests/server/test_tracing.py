@@ -97,6 +97,7 @@ def receiver() -> Iterator[_Receiver]:
         thread.join(10)
 
 
+@pytest.mark.e2e
 async def test_a_downstream_call_is_a_child_span_of_the_sdk_server_span_and_carries_the_trace(
     tmp_path: Path, receiver: _Receiver
 ) -> None:
