@@ -389,3 +389,23 @@ def test_no_two_packages_import_each_other() -> None:
                 edges.setdefault(a, set()).add(b)
     both = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, set()))
     assert not both, "packages importing each other both ways:\n" + "\n".join(f"{a} <-> {b}" for a, b in both)
+
+
+TOOLBOX = ("omega_mcp.toolbox", "omega_mcp.calling", "omega_mcp.builtin")
+
+
+def test_the_toolbox_and_the_builtins_need_only_the_wire_types() -> None:
+    """`Toolbox`, the call's context and the built-in tools import the wire types (`mcp_types`, which
+    `mcp.types` mirrors name for name), never the SDK (`mcp`: its client, server and transports cost a
+    process 0.35 s of CPU to import), directly or through another omega_mcp module: a program or an
+    attack that drives a Toolbox starts in half the time, and the tools do not depend on a transport."""
+    package = omega()
+    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] == "mcp"}
+    everything = set(package.modules)
+    offenders: list[str] = []
+    for name in sorted(m for m in package.modules if any(_within(m, root) for root in TOOLBOX)):
+        for user in sorted(_reachable(package.graph, name) & sdk_users.keys()):
+            found = sdk_users[user]
+            chain = _shortest_path(package.graph, name, user, everything)
+            offenders.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
+    assert not offenders, "the Toolbox reaches the MCP SDK (import mcp_types instead):\n" + "\n".join(offenders)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from mcp import types
-from mcp.shared.dispatcher import ProgressFnT
+import mcp_types as types
 
 from omega_mcp.names import Route
 from omega_mcp.sandbox.approvals import Approver
@@ -26,8 +25,13 @@ from omega_mcp.sandbox.policy import SandboxPolicy
 
 __all__ = ["PROCESS", "CallContext", "Caller", "InputRequest", "Profile", "ProgressFn", "SessionDirs"]
 
-ProgressFn = ProgressFnT
-"""`(progress, total, message)`: the SDK's progress callback shape."""
+
+class ProgressFn(Protocol):
+    """`(progress, total, message)`: the SDK's progress callback shape (its `ProgressFnT`), named here so
+    that the call's context, like the rest of the Toolbox, needs only the wire types (`mcp_types`)."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
 
 InputRequest = types.CreateMessageRequest | types.ElicitRequest | types.ListRootsRequest
 """What a downstream server may ask omega's client (sampling, elicitation, roots)."""
@@ -65,7 +69,7 @@ class Caller(Protocol):
     def capabilities(self) -> types.ClientCapabilities | None: ...
 
     async def ask(
-        self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFnT | None
+        self, request: InputRequest, result_type: type[_R], *, timeout_seconds: float, progress: ProgressFn | None
     ) -> _R:
         """Send `request` to the client and return its answer.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp import types
+import mcp_types as types
 from mcp_types import SERVER_INFO_META_KEY
 from pydantic import ValidationError
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 import anyio
+import mcp_types as types
 from anyio import AsyncContextManagerMixin
-from mcp import types
 from pydantic import BaseModel, ValidationError
 
 from omega_mcp.arguments import ArgumentCheck

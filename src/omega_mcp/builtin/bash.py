@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
+import mcp_types as types
 from anyio.abc import Process
-from mcp import types
 
 from omega_mcp.builtin.bash_process import DRAIN_SECONDS, REAP_SECONDS, describe_exit, open_bash, pump_output
 from omega_mcp.builtin.notes import with_note

@@ -7,7 +7,7 @@ did not have all of its effect.
 
 from __future__ import annotations
 
-from mcp import types
+import mcp_types as types
 
 from omega_mcp.results import text_result
 from omega_mcp.sandbox.tracker import Undone

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp import types
+import mcp_types as types
 
 from omega_mcp.builtin.filetype import IMAGE_TYPES, SNIFF_BYTES, FileKind, sniff, visible_controls
 from omega_mcp.builtin.schemas import DEFAULT_READ_LIMIT, ReadArgs

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcp import types
+import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [

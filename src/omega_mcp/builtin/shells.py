@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Self
 
 import anyio
+import mcp_types as types
 from anyio import AsyncContextManagerMixin
 from anyio.abc import Process, TaskGroup, TaskStatus
-from mcp import types
 
 from omega_mcp.builtin.bash_process import DRAIN_SECONDS, describe_exit, open_bash, pump_output
 from omega_mcp.builtin.notes import with_note

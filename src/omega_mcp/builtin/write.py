@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 
 import anyio
-from mcp import types
+import mcp_types as types
 
 from omega_mcp.builtin.schemas import EditArgs, WriteArgs
 from omega_mcp.builtin.text import plural
