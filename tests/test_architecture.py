@@ -247,11 +247,31 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _importers_of(package: Scan, packages: frozenset[str]) -> dict[str, Import]:
+    """Each omega module that imports one of `packages` (top-level names) -> one such import."""
+    return {found.importer: found for found in package.imports if found.target.split(".")[0] in packages}
+
+
+def _ways_to(package: Scan, start: str, importers: dict[str, Import]) -> list[str]:
+    """The shortest way from `start` to each of `importers` it reaches, ending in the import itself."""
+    everything = set(package.modules)
+    ways: list[str] = []
+    for user in sorted(_reachable(package.graph, start) & importers.keys()):
+        found = importers[user]
+        chain = _shortest_path(package.graph, start, user, everything)
+        ways.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
+    return ways
+
+
 def test_the_sandbox_never_imports_the_sdk() -> None:
     """The bash trampoline and the sandbox helpers must stay importable without the MCP SDK:
     no sandbox module imports it, directly or through another omega_mcp module."""
     package = omega()
-    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] in SDK_PACKAGES}
+    sdk_users = _importers_of(package, SDK_PACKAGES)
     everything = set(package.modules)
     chains: dict[str, list[str]] = {}  # each SDK user the sandbox reaches -> the shortest way there
     for name in sorted(package.modules):
@@ -267,25 +287,18 @@ def test_the_sandbox_never_imports_the_sdk() -> None:
     assert not offenders, "the sandbox imports the MCP SDK:\n" + "\n".join(offenders)
 
 
-def _within(name: str, package: str) -> bool:
-    return name == package or name.startswith(package + ".")
-
-
 def test_the_wire_layer_is_below_proxy_and_fastpath_and_free_of_the_sdk() -> None:
     """wire/ moves bytes and JSON dicts: no wire module reaches the MCP SDK or `proxy/`, `fastpath/` or
     `server/`, directly or through another omega_mcp module (SDK types only at the hand-over, above it)."""
     package = omega()
-    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] in SDK_PACKAGES}
+    sdk_users = _importers_of(package, SDK_PACKAGES)
     everything = set(package.modules)
     offenders: list[str] = []
     for name in sorted(package.modules):
         if not _within(name, WIRE):
             continue
+        offenders += _ways_to(package, name, sdk_users)
         reached = _reachable(package.graph, name)
-        for user in sorted(reached & sdk_users.keys()):
-            chain = _shortest_path(package.graph, name, user, everything)
-            found = sdk_users[user]
-            offenders.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
         for above in sorted(m for m in reached if any(_within(m, layer) for layer in ABOVE_WIRE)):
             offenders.append(" -> ".join(_shortest_path(package.graph, name, above, everything)))
     assert not offenders, "wire/ must stay below proxy/, fastpath/ and the SDK:\n" + "\n".join(offenders)
@@ -400,12 +413,10 @@ def test_the_toolbox_and_the_builtins_need_only_the_wire_types() -> None:
     process 0.35 s of CPU to import), directly or through another omega_mcp module: a program or an
     attack that drives a Toolbox starts in half the time, and the tools do not depend on a transport."""
     package = omega()
-    sdk_users = {found.importer: found for found in package.imports if found.target.split(".")[0] == "mcp"}
-    everything = set(package.modules)
-    offenders: list[str] = []
-    for name in sorted(m for m in package.modules if any(_within(m, root) for root in TOOLBOX)):
-        for user in sorted(_reachable(package.graph, name) & sdk_users.keys()):
-            found = sdk_users[user]
-            chain = _shortest_path(package.graph, name, user, everything)
-            offenders.append(f"{' -> '.join(chain)} -> {found.target} ({package.where(found)})")
+    sdk_users = _importers_of(package, frozenset({"mcp"}))
+    offenders = [
+        way
+        for name in sorted(m for m in package.modules if any(_within(m, root) for root in TOOLBOX))
+        for way in _ways_to(package, name, sdk_users)
+    ]
     assert not offenders, "the Toolbox reaches the MCP SDK (import mcp_types instead):\n" + "\n".join(offenders)

@@ -20,7 +20,7 @@ import pytest
 
 __all__ = ["omega_command", "pytest_runtest_setup", "pytest_runtest_teardown"]
 
-_current: list[str] = []  # the running test's node id, while one runs
+_current: str | None = None  # the node id of the test whose setup, call or teardown runs now
 _started: dict[str, list[str]] = {}  # node id -> the omega commands it started
 
 
@@ -36,10 +36,10 @@ def omega_command(argv: object) -> str | None:
 
 
 def _hook(event: str, args: tuple[object, ...]) -> None:
-    if event == "subprocess.Popen" and _current:
+    if event == "subprocess.Popen" and _current is not None:
         command = omega_command(args[1])
         if command is not None:
-            _started.setdefault(_current[0], []).append(command)
+            _started.setdefault(_current, []).append(command)
 
 
 sys.addaudithook(_hook)  # once per process (a module is imported once; audit hooks cannot be removed)
@@ -47,13 +47,15 @@ sys.addaudithook(_hook)  # once per process (a module is imported once; audit ho
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _current[:] = [item.nodeid]
+    global _current
+    _current = item.nodeid
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    global _current
     done = yield
-    _current.clear()
+    _current = None
     started = sorted(set(_started.pop(item.nodeid, [])))
     if started and item.get_closest_marker("e2e") is None:
         pytest.fail(
